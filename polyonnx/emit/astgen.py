@@ -1,0 +1,101 @@
+"""isl AST generation for one scheduled kernel.
+
+Each user node of the AST is annotated with a :class:`Instance`: its statement and, for
+every access and domain dim, the index as isl AST expressions over the loop iterators
+plus the flat stride along each iterator (what vectorisation needs to know).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polyonnx.krnl.ir import Access, Buffer, Statement, loads
+from polyonnx.krnl.islutil import dim_names, parse_access, row_major_strides
+from polyonnx.schedule.tree import KernelSchedule
+
+
+@dataclass(frozen=True)
+class Index:
+    """An affine index: one AST expression per buffer dim, the row-major strides of the
+    buffer, and the flat element stride along each loop iterator (None: not affine)."""
+
+    exprs: tuple[isl.AstExpr, ...]
+    strides: tuple[int, ...]
+    steps: dict[str, int | None]
+
+
+@dataclass(frozen=True)
+class Instance:
+    stmt: Statement
+    accesses: dict[Access, Index]
+    dims: dict[str, Index]
+
+
+@dataclass(frozen=True)
+class KernelAst:
+    root: isl.AstNode
+    instances: dict[str, Instance]
+
+
+def build_ast(schedule: KernelSchedule, buffers: dict[str, Buffer]) -> KernelAst:
+    stmts = {s.name: s for s in schedule.kernel.statements}
+    instances: dict[str, Instance] = {}
+
+    def at_each_domain(node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
+        relation = isl.Map.from_union_map(build.get_schedule())
+        stmt = stmts[relation.get_tuple_name(isl.dim_type.in_)]
+        space = build.get_schedule_space()
+        iterators = [
+            space.get_dim_name(isl.dim_type.set, d) for d in range(space.dim(isl.dim_type.set))
+        ]
+        to_domain = isl.PwMultiAff.from_map(relation.reverse())
+        accesses = {}
+        for acc in [stmt.write, *(ld.access for ld in loads(stmt.expr))]:
+            shape = buffers[acc.buffer].shape
+            index = isl.PwMultiAff.from_multi_aff(parse_access(acc.index))
+            accesses[acc] = _index(build, index.pullback_pw_multi_aff(to_domain), shape, iterators)
+        dims = {}
+        for pos, name in enumerate(dim_names(stmt)):
+            dims[name] = _index(build, to_domain.get_pw_aff(pos), None, iterators)
+        key = f"I{len(instances)}"
+        instances[key] = Instance(stmt, accesses, dims)
+        return node.set_annotation(isl.Id(key))
+
+    build = isl.AstBuild.from_context(isl.Set("{ : }"))
+    build, _callback = build.set_at_each_domain(at_each_domain)
+    root = build.node_from_schedule(schedule.isl_schedule())
+    return KernelAst(root, instances)
+
+
+def _index(build: isl.AstBuild, index, shape, iterators: list[str]) -> Index:
+    """Index expressions of a PwMultiAff (or one PwAff, for a dim value)."""
+    pieces = (
+        [index]
+        if isinstance(index, isl.PwAff)
+        else [index.get_pw_aff(r) for r in range(index.dim(isl.dim_type.out))]
+    )
+    strides = tuple(row_major_strides(shape)) if shape is not None else (1,)
+    exprs = tuple(build.expr_from_pw_aff(pa) for pa in pieces)
+    steps: dict[str, int | None] = {}
+    for pos, name in enumerate(iterators):
+        total: int | None = 0
+        for pa, stride in zip(pieces, strides, strict=True):
+            coeff = _coefficient(pa, pos)
+            if coeff is None:
+                total = None
+                break
+            total += coeff * stride
+        steps[name] = total
+    return Index(exprs, strides, steps)
+
+
+def _coefficient(pa: isl.PwAff, pos: int) -> int | None:
+    if pa.n_piece() != 1:
+        return None
+    aff = pa.get_pieces()[0][1]
+    for d in range(aff.dim(isl.dim_type.div)):
+        if aff.get_div(d).involves_dims(isl.dim_type.in_, pos, 1):
+            return None
+    return int(aff.get_coefficient_val(isl.dim_type.in_, pos).to_python())

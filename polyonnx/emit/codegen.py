@@ -1,0 +1,444 @@
+"""One scheduled kernel → one LLVM function, by walking its isl AST.
+
+Loops become i64 phi loops. A loop under a ``vectorize`` mark is emitted as explicit
+``<W x T>`` code stepping by W, then a scalar loop for the tail. Along the vector loop
+each access is classified by its flat stride: 1 → vector load/store, 0 → scalar load and
+splat (or, for a reduction's write, a vector accumulator reduced once after the loop),
+anything else → one scalar access per lane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import islpy as isl
+from llvmlite import ir
+
+from polyonnx.emit import ops
+from polyonnx.emit.astgen import Index, Instance, KernelAst, build_ast
+from polyonnx.emit.llvmtypes import I64, PTR, constant, memory_type, splat
+from polyonnx.errors import CodegenError
+from polyonnx.krnl.ir import (
+    Binary,
+    Buffer,
+    Cast,
+    Const,
+    Expr,
+    Iter,
+    Load,
+    Select,
+    Unary,
+    reduce_identity,
+)
+from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
+
+Env = dict[str, ir.Value]
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """Vector context: the loop iterator whose iterations fill the ``width`` lanes."""
+
+    iterator: str
+    width: int
+
+
+def emit_kernel(
+    module: ir.Module,
+    name: str,
+    schedule: KernelSchedule,
+    buffers: Mapping[str, Buffer],
+    width: int,
+) -> ir.Function:
+    """Define ``void name(ptr noalias %buf...)`` with one pointer per buffer the kernel uses,
+    in ``schedule.kernel.buffers()`` order."""
+    names = schedule.kernel.buffers()
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * len(names)), name)
+    for arg, buf in zip(fn.args, names, strict=True):
+        arg.add_attribute("noalias")
+        arg.name = "buf_" + "".join(c if c.isalnum() else "_" for c in buf)[:40]
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    ast = build_ast(schedule, dict(buffers))
+    _KernelWalker(builder, ast, dict(zip(names, fn.args, strict=True)), buffers, width).node(
+        ast.root, {}
+    )
+    builder.ret_void()
+    return fn
+
+
+class _KernelWalker:
+    def __init__(self, builder: ir.IRBuilder, ast: KernelAst, pointers, buffers, width: int):
+        self.b = builder
+        self.ast = ast
+        self.pointers = pointers
+        self.buffers = buffers
+        self.width = width
+
+    # ---- AST nodes ------------------------------------------------------------------
+
+    def node(self, node: isl.AstNode, env: Env) -> None:
+        kind = node.get_type()
+        if kind == isl.ast_node_type.block:
+            for child in _children(node):
+                self.node(child, env)
+        elif kind == isl.ast_node_type.for_:
+            self.loop(node, env, self.expr(node.for_get_init(), env))
+        elif kind == isl.ast_node_type.if_:
+            self.branch(node, env)
+        elif kind == isl.ast_node_type.mark:
+            self.mark(node, env)
+        elif kind == isl.ast_node_type.user:
+            self.user(node, env, None)
+        else:
+            raise CodegenError(f"unexpected isl AST node {node.to_C_str()}")
+
+    def mark(self, node: isl.AstNode, env: Env) -> None:
+        child = node.mark_get_node()
+        if node.mark_get_id().get_name() == VECTORIZE and self._vectorizable(child):
+            self.vector_loop(child, env)
+        else:
+            self.node(child, env)
+
+    def branch(self, node: isl.AstNode, env: Env) -> None:
+        cond = self.expr(node.if_get_cond(), env)
+        if node.if_has_else_node():
+            with self.b.if_else(cond) as (then, otherwise):
+                with then:
+                    self.node(node.if_get_then_node(), env)
+                with otherwise:
+                    self.node(node.if_get_else_node(), env)
+        else:
+            with self.b.if_then(cond):
+                self.node(node.if_get_then_node(), env)
+
+    def loop(self, node: isl.AstNode, env: Env, start: ir.Value) -> None:
+        """``for (it = start; cond; it += inc)`` as a phi loop."""
+        name = node.for_get_iterator().get_id().get_name()
+        step = self.expr(node.for_get_inc(), env)
+        pre = self.b.block
+        header = self.b.append_basic_block(f"{name}.head")
+        body = self.b.append_basic_block(f"{name}.body")
+        exit_ = self.b.append_basic_block(f"{name}.exit")
+        self.b.branch(header)
+        self.b.position_at_end(header)
+        it = self.b.phi(I64, name)
+        it.add_incoming(start, pre)
+        self.b.cbranch(self.expr(node.for_get_cond(), {**env, name: it}), body, exit_)
+        self.b.position_at_end(body)
+        self.node(node.for_get_body(), {**env, name: it})
+        it.add_incoming(self.b.add(it, step), self.b.block)
+        self.b.branch(header)
+        self.b.position_at_end(exit_)
+
+    # ---- vector loops -------------------------------------------------------------------
+
+    def _vectorizable(self, node: isl.AstNode) -> bool:
+        """A unit-step loop bounded by ``it <= ub`` or ``it < ub`` over straight-line
+        statements, whose writes can be done a vector at a time."""
+        if node.get_type() != isl.ast_node_type.for_ or self.width < 2:
+            return False
+        if (
+            node.for_get_inc().get_type() != isl.ast_expr_type.int
+            or node.for_get_inc().get_val().to_python() != 1
+        ):
+            return False
+        if self._upper_bound(node) is None:
+            return False
+        users = self._users(node.for_get_body())
+        if not users:
+            return False
+        name = node.for_get_iterator().get_id().get_name()
+        reductions = [u for u in users if u.accesses[u.stmt.write].steps.get(name) == 0]
+        if reductions:
+            return len(users) == 1 and users[0].stmt.reduce in ("add", "mul", "max", "min")
+        return all(u.accesses[u.stmt.write].steps.get(name) is not None for u in users)
+
+    def _users(self, node: isl.AstNode) -> list[Instance] | None:
+        kind = node.get_type()
+        if kind == isl.ast_node_type.user:
+            return [self.instance(node)]
+        if kind == isl.ast_node_type.block:
+            found = []
+            for child in _children(node):
+                part = self._users(child)
+                if part is None:
+                    return None
+                found += part
+            return found
+        return None
+
+    def _upper_bound(self, node: isl.AstNode) -> tuple[isl.AstExpr, bool] | None:
+        cond = node.for_get_cond()
+        name = node.for_get_iterator().get_id().get_name()
+        if cond.get_type() != isl.ast_expr_type.op:
+            return None
+        kind = cond.op_get_type()
+        if kind not in (isl.ast_expr_op_type.le, isl.ast_expr_op_type.lt):
+            return None
+        lhs = cond.op_get_arg(0)
+        if lhs.get_type() != isl.ast_expr_type.id or lhs.get_id().get_name() != name:
+            return None
+        return cond.op_get_arg(1), kind == isl.ast_expr_op_type.le
+
+    def vector_loop(self, node: isl.AstNode, env: Env) -> None:
+        """Main loop W iterations at a time, then the scalar tail loop."""
+        name = node.for_get_iterator().get_id().get_name()
+        bound, inclusive = self._upper_bound(node)
+        ub = self.expr(bound, env)
+        last = ub if inclusive else self.b.sub(ub, ir.Constant(I64, 1))
+        lanes = Lanes(name, self.width)
+        users = self._users(node.for_get_body())
+        reducing = users[0] if users[0].accesses[users[0].stmt.write].steps.get(name) == 0 else None
+        start = self.expr(node.for_get_init(), env)
+
+        pre = self.b.block
+        header = self.b.append_basic_block(f"{name}.vhead")
+        body = self.b.append_basic_block(f"{name}.vbody")
+        exit_ = self.b.append_basic_block(f"{name}.vexit")
+        self.b.branch(header)
+        self.b.position_at_end(header)
+        it = self.b.phi(I64, name + ".v")
+        it.add_incoming(start, pre)
+        acc = None
+        if reducing is not None:
+            dtype = self.buffers[reducing.stmt.write.buffer].dtype
+            init = _identity(reducing.stmt.reduce, dtype, self.width)
+            acc = self.b.phi(init.type, "acc")
+            acc.add_incoming(init, pre)
+        room = self.b.add(it, ir.Constant(I64, self.width - 1))
+        self.b.cbranch(self.b.icmp_signed("<=", room, last), body, exit_)
+        self.b.position_at_end(body)
+        inner = {**env, name: it}
+        if reducing is None:
+            for inst in users:
+                self.store(inst, inner, lanes)
+        else:
+            value = self.value(reducing.stmt.expr, reducing, inner, lanes)
+            acc.add_incoming(
+                ops.combine(self.b, reducing.stmt.reduce, acc, value, dtype), self.b.block
+            )
+        it.add_incoming(self.b.add(it, ir.Constant(I64, self.width)), self.b.block)
+        self.b.branch(header)
+        self.b.position_at_end(exit_)
+        if reducing is not None:
+            total = _horizontal(self.b, reducing.stmt.reduce, acc, dtype)
+            address = self.address(reducing, reducing.stmt.write, {**env, name: start})
+            old = self._load_scalar(address, dtype)
+            self._store_scalar(
+                address, ops.combine(self.b, reducing.stmt.reduce, old, total, dtype), dtype
+            )
+        self.loop(node, env, it)
+
+    # ---- statements -------------------------------------------------------------------
+
+    def instance(self, node: isl.AstNode) -> Instance:
+        return self.ast.instances[node.get_annotation().get_name()]
+
+    def user(self, node: isl.AstNode, env: Env, lanes: Lanes | None) -> None:
+        self.store(self.instance(node), env, lanes)
+
+    def store(self, inst: Instance, env: Env, lanes: Lanes | None) -> None:
+        stmt = inst.stmt
+        dtype = self.buffers[stmt.write.buffer].dtype
+        value = self.value(stmt.expr, inst, env, lanes)
+        if stmt.reduce is not None:
+            value = ops.combine(
+                self.b, stmt.reduce, self.load(inst, stmt.write, dtype, env, lanes), value, dtype
+            )
+        index = inst.accesses[stmt.write]
+        step = index.steps.get(lanes.iterator) if lanes else None
+        address = self.address(inst, stmt.write, env)
+        if lanes is None:
+            self._store_scalar(address, value, dtype)
+        elif step == 1:
+            self.b.store(_to_memory(self.b, value, dtype), address, align=_align(dtype))
+        else:
+            for lane in range(lanes.width):
+                element = self.b.extract_element(value, ir.Constant(ir.IntType(32), lane))
+                self._store_scalar(
+                    self._lane_address(inst, stmt.write, env, lanes, lane), element, dtype
+                )
+
+    def value(self, expr: Expr, inst: Instance, env: Env, lanes: Lanes | None) -> ir.Value:
+        width = lanes.width if lanes else 1
+        if isinstance(expr, Load):
+            return self.load(inst, expr.access, expr.dtype, env, lanes)
+        if isinstance(expr, Const):
+            return constant(expr.dtype, expr.value, width)
+        if isinstance(expr, Iter):
+            return self.iterator(inst.dims[expr.dim], env, lanes)
+        if isinstance(expr, Unary):
+            x = self.value(expr.x, inst, env, lanes)
+            return ops.unary(self.b, expr.op, x, expr.x.dtype, expr.dtype)
+        if isinstance(expr, Binary):
+            a = self.value(expr.a, inst, env, lanes)
+            c = self.value(expr.b, inst, env, lanes)
+            return ops.binary(self.b, expr.op, a, c, expr.a.dtype)
+        if isinstance(expr, Select):
+            cond = self.value(expr.cond, inst, env, lanes)
+            return self.b.select(
+                cond, self.value(expr.a, inst, env, lanes), self.value(expr.b, inst, env, lanes)
+            )
+        if isinstance(expr, Cast):
+            return ops.cast(self.b, self.value(expr.x, inst, env, lanes), expr.x.dtype, expr.dtype)
+        raise CodegenError(f"cannot emit expression {expr!r}")
+
+    def iterator(self, index: Index, env: Env, lanes: Lanes | None) -> ir.Value:
+        base = self.expr(index.exprs[0], env)
+        if lanes is None:
+            return base
+        step = index.steps.get(lanes.iterator)
+        if step is None:
+            values = [
+                self.expr(index.exprs[0], self._lane_env(env, lanes, lane))
+                for lane in range(lanes.width)
+            ]
+            return _gather_vector(self.b, values)
+        offsets = ir.Constant(
+            ir.VectorType(I64, lanes.width), [step * lane for lane in range(lanes.width)]
+        )
+        return self.b.add(splat(self.b, base, lanes.width), offsets)
+
+    def load(self, inst: Instance, acc, dtype: str, env: Env, lanes: Lanes | None) -> ir.Value:
+        step = inst.accesses[acc].steps.get(lanes.iterator) if lanes else None
+        if lanes is None or step == 0:
+            scalar = self._load_scalar(self.address(inst, acc, env), dtype)
+            return splat(self.b, scalar, lanes.width) if lanes else scalar
+        if step == 1:
+            raw = self.b.load(
+                self.address(inst, acc, env),
+                typ=memory_type(dtype, lanes.width),
+                align=_align(dtype),
+            )
+            return _from_memory(self.b, raw, dtype, lanes.width)
+        values = [
+            self._load_scalar(self._lane_address(inst, acc, env, lanes, lane), dtype)
+            for lane in range(lanes.width)
+        ]
+        return _gather_vector(self.b, values)
+
+    # ---- addresses --------------------------------------------------------------------
+
+    def address(self, inst: Instance, acc, env: Env) -> ir.Value:
+        index = inst.accesses[acc]
+        offset = ir.Constant(I64, 0)
+        for expr, stride in zip(index.exprs, index.strides, strict=True):
+            term = self.expr(expr, env)
+            if stride != 1:
+                term = self.b.mul(term, ir.Constant(I64, stride))
+            offset = self.b.add(offset, term)
+        dtype = self.buffers[acc.buffer].dtype
+        return self.b.gep(
+            self.pointers[acc.buffer], [offset], inbounds=True, source_etype=memory_type(dtype)
+        )
+
+    def _lane_address(self, inst: Instance, acc, env: Env, lanes: Lanes, lane: int) -> ir.Value:
+        return self.address(inst, acc, self._lane_env(env, lanes, lane))
+
+    def _lane_env(self, env: Env, lanes: Lanes, lane: int) -> Env:
+        return {**env, lanes.iterator: self.b.add(env[lanes.iterator], ir.Constant(I64, lane))}
+
+    def _load_scalar(self, address: ir.Value, dtype: str) -> ir.Value:
+        raw = self.b.load(address, typ=memory_type(dtype), align=_align(dtype))
+        return _from_memory(self.b, raw, dtype, 1)
+
+    def _store_scalar(self, address: ir.Value, value: ir.Value, dtype: str) -> None:
+        self.b.store(_to_memory(self.b, value, dtype), address, align=_align(dtype))
+
+    # ---- isl AST expressions (i64 index arithmetic) -------------------------------------
+
+    def expr(self, e: isl.AstExpr, env: Env) -> ir.Value:
+        kind = e.get_type()
+        if kind == isl.ast_expr_type.int:
+            return ir.Constant(I64, int(e.get_val().to_python()))
+        if kind == isl.ast_expr_type.id:
+            return env[e.get_id().get_name()]
+        args = [e.op_get_arg(i) for i in range(e.op_get_n_arg())]
+        return _ast_op(self.b, e.op_get_type(), [self.expr(a, env) for a in args])
+
+
+def _children(node: isl.AstNode) -> list[isl.AstNode]:
+    kids = node.block_get_children()
+    return [kids.get_at(i) for i in range(kids.n_ast_node())]
+
+
+def _ast_op(b: ir.IRBuilder, op, v: list[ir.Value]) -> ir.Value:
+    t = isl.ast_expr_op_type
+    zero = ir.Constant(I64, 0)
+    if op == t.add:
+        return b.add(v[0], v[1])
+    if op == t.sub:
+        return b.sub(v[0], v[1])
+    if op == t.mul:
+        return b.mul(v[0], v[1])
+    if op == t.minus:
+        return b.sub(zero, v[0])
+    if op in (t.div, t.pdiv_q):
+        return b.sdiv(v[0], v[1])
+    if op in (t.pdiv_r, t.zdiv_r):
+        return b.srem(v[0], v[1])
+    if op == t.fdiv_q:  # floor division
+        q = b.sdiv(v[0], v[1])
+        inexact = b.icmp_signed("!=", b.mul(q, v[1]), v[0])
+        negative = b.icmp_signed("<", b.xor(v[0], v[1]), zero)
+        return b.sub(q, b.zext(b.and_(inexact, negative), I64))
+    if op == t.min:
+        return b.select(b.icmp_signed("<", v[0], v[1]), v[0], v[1])
+    if op == t.max:
+        return b.select(b.icmp_signed(">", v[0], v[1]), v[0], v[1])
+    if op in (t.cond, t.select):
+        return b.select(v[0], v[1], v[2])
+    cmp = {t.eq: "==", t.le: "<=", t.lt: "<", t.ge: ">=", t.gt: ">"}.get(op)
+    if cmp:
+        return b.icmp_signed(cmp, v[0], v[1])
+    if op in (t.and_, t.and_then):
+        return b.and_(v[0], v[1])
+    if op in (t.or_, t.or_else):
+        return b.or_(v[0], v[1])
+    raise CodegenError(f"unsupported isl AST operation {op}")
+
+
+def _align(dtype: str) -> int:
+    return {"float16": 2, "float64": 8, "int64": 8, "uint64": 8, "int32": 4, "uint32": 4,
+            "float32": 4, "int16": 2, "uint16": 2}.get(dtype, 1)  # fmt: skip
+
+
+def _from_memory(b: ir.IRBuilder, raw: ir.Value, dtype: str, width: int) -> ir.Value:
+    if dtype != "bool":
+        return raw
+    return b.icmp_unsigned("!=", raw, constant("uint8", 0, width))
+
+
+def _to_memory(b: ir.IRBuilder, value: ir.Value, dtype: str) -> ir.Value:
+    if dtype != "bool":
+        return value
+    width = value.type.count if isinstance(value.type, ir.VectorType) else 1
+    return b.zext(value, memory_type("bool", width))
+
+
+def _gather_vector(b: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
+    vec = ir.Constant(ir.VectorType(values[0].type, len(values)), ir.Undefined)
+    for lane, v in enumerate(values):
+        vec = b.insert_element(vec, v, ir.Constant(ir.IntType(32), lane))
+    return vec
+
+
+def _identity(op: str, dtype: str, width: int) -> ir.Constant:
+    return constant(dtype, reduce_identity(op, dtype), width)
+
+
+def _horizontal(b: ir.IRBuilder, op: str, vec: ir.Value, dtype: str) -> ir.Value:
+    """Reduce the lanes of ``vec`` with ``op`` by halving shuffles."""
+    width = vec.type.count
+    undef = ir.Constant(vec.type, ir.Undefined)
+    while width > 1:
+        half = width // 2
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half, width)))
+        low_mask = ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half)))
+        hi = b.shuffle_vector(vec, undef, mask)
+        lo = b.shuffle_vector(vec, undef, low_mask)
+        vec = ops.combine(b, op, lo, hi, dtype)
+        undef = ir.Constant(vec.type, ir.Undefined)
+        width = half
+    return b.extract_element(vec, ir.Constant(ir.IntType(32), 0))

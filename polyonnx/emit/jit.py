@@ -1,0 +1,42 @@
+"""Optimise an LLVM module for the target at O3 and JIT-compile it in process."""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from polyonnx.emit.target import Target, initialize_llvm
+from polyonnx.errors import CodegenError
+
+
+class JitModule:
+    """A compiled module; keeps the execution engine (and so the code) alive."""
+
+    def __init__(self, module: ir.Module, target: Target, opt: int = 3):
+        initialize_llvm()
+        self.source = str(module)
+        try:
+            parsed = llvm.parse_assembly(self.source)
+            parsed.verify()
+        except RuntimeError as exc:
+            raise CodegenError(f"generated LLVM IR is invalid: {exc}") from exc
+        machine = llvm.Target.from_triple(target.triple).create_target_machine(
+            cpu=target.name, features=target.features, opt=opt, jit=True
+        )
+        builder = llvm.create_pass_builder(
+            machine, llvm.create_pipeline_tuning_options(speed_level=opt)
+        )
+        builder.getModulePassManager().run(parsed, builder)
+        self.optimized = str(parsed)
+        self._machine = machine
+        self._engine = llvm.create_mcjit_compiler(parsed, machine)
+        self._engine.finalize_object()
+
+    def address(self, name: str) -> int:
+        addr = self._engine.get_function_address(name)
+        if not addr:
+            raise CodegenError(f"symbol {name!r} is not in the compiled module")
+        return addr
+
+    def assembly(self) -> str:
+        return self._machine.emit_assembly(llvm.parse_assembly(self.optimized))

@@ -1,0 +1,197 @@
+"""The meaning of each krnl scalar op in LLVM IR, for scalars and vectors alike.
+
+Floats use ``reassoc contract`` fast-math flags (reassociation for SIMD reductions, FMA
+contraction) and keep IEEE NaN/inf semantics: max/min propagate NaN as numpy does.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from polyonnx.emit import mathfn
+from polyonnx.emit.llvmtypes import I1, call_overloaded, constant, lanes_of, value_type
+from polyonnx.errors import CodegenError
+from polyonnx.krnl.ir import is_float, is_unsigned
+
+FAST = ("reassoc", "contract")
+
+_FCMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _fast(inst: ir.Instruction) -> ir.Instruction:
+    inst.flags.extend(FAST)
+    return inst
+
+
+def unary(b: ir.IRBuilder, op: str, x: ir.Value, dtype: str, out_dtype: str) -> ir.Value:
+    lanes = lanes_of(x)
+    if is_float(dtype):
+        return _float_unary(b, op, x, dtype, lanes)
+    if dtype == "bool":
+        if op == "not":
+            return b.xor(x, constant("bool", True, lanes))
+        raise CodegenError(f"op {op} is not defined on bool")
+    return _int_unary(b, op, x, dtype, lanes)
+
+
+def _float_unary(b: ir.IRBuilder, op: str, x: ir.Value, dtype: str, lanes: int) -> ir.Value:
+    zero, one = constant(dtype, 0.0, lanes), constant(dtype, 1.0, lanes)
+    if op == "neg":
+        return b.fneg(x)
+    if op in ("abs", "sqrt", "floor", "ceil"):
+        return call_overloaded(b, {"abs": "fabs"}.get(op, op), [x])
+    if op == "round":
+        return call_overloaded(b, "roundeven", [x])
+    if op == "reciprocal":
+        return b.fdiv(one, x)
+    if op == "sign":
+        pos = b.select(b.fcmp_ordered(">", x, zero), one, zero)
+        neg = b.select(b.fcmp_ordered("<", x, zero), constant(dtype, -1.0, lanes), pos)
+        return b.select(b.fcmp_unordered("uno", x, x), x, neg)
+    if op == "isnan":
+        return b.fcmp_unordered("uno", x, x)
+    if op in ("isinf", "isposinf", "isneginf"):
+        inf = constant(dtype, float("inf"), lanes)
+        if op == "isposinf":
+            return b.fcmp_ordered("==", x, inf)
+        if op == "isneginf":
+            return b.fcmp_ordered("==", x, b.fneg(inf))
+        return b.fcmp_ordered("==", call_overloaded(b, "fabs", [x]), inf)
+    if op in mathfn.MATH_OPS:
+        return mathfn.emit_math(b, op, x)
+    raise CodegenError(f"unary op {op} is not defined on {dtype}")
+
+
+def _int_unary(b: ir.IRBuilder, op: str, x: ir.Value, dtype: str, lanes: int) -> ir.Value:
+    zero = constant(dtype, 0, lanes)
+    if op == "neg":
+        return b.sub(zero, x)
+    if op == "abs":
+        return x if is_unsigned(dtype) else b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
+    if op == "sign":
+        one, minus = constant(dtype, 1, lanes), constant(dtype, -1, lanes)
+        pos = b.select(b.icmp_signed("!=", x, zero), one, zero)
+        return pos if is_unsigned(dtype) else b.select(b.icmp_signed("<", x, zero), minus, pos)
+    if op in ("floor", "ceil", "round"):
+        return x
+    if op == "not":
+        return b.xor(x, constant(dtype, -1, lanes))
+    if op in ("isnan", "isinf", "isposinf", "isneginf"):
+        return constant("bool", False, lanes)
+    raise CodegenError(f"unary op {op} is not defined on {dtype}")
+
+
+def binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
+    if op in _FCMP:
+        return compare(b, op, x, y, dtype)
+    if is_float(dtype):
+        return _float_binary(b, op, x, y, dtype)
+    if dtype == "bool":
+        return _bool_binary(b, op, x, y)
+    return _int_binary(b, op, x, y, dtype)
+
+
+def compare(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
+    sym = _FCMP[op]
+    if is_float(dtype):
+        return b.fcmp_unordered(sym, x, y) if op == "ne" else b.fcmp_ordered(sym, x, y)
+    if is_unsigned(dtype):
+        return b.icmp_unsigned(sym, x, y)
+    return b.icmp_signed(sym, x, y)
+
+
+def _float_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
+    if op in ("add", "sub", "mul", "div"):
+        fn = {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[op]
+        return _fast(fn(x, y))
+    if op == "max":
+        return call_overloaded(b, "maximum", [x, y])
+    if op == "min":
+        return call_overloaded(b, "minimum", [x, y])
+    if op == "fmod":
+        return b.frem(x, y)
+    if op == "pow":
+        return mathfn.emit_pow(b, x, y)
+    raise CodegenError(f"binary op {op} is not defined on {dtype}")
+
+
+def _bool_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    ors, ands = ("or", "bitor", "max", "add"), ("and", "bitand", "min", "mul")
+    xors = ("xor", "bitxor")
+    fn = b.or_ if op in ors else b.and_ if op in ands else b.xor if op in xors else None
+    if fn is None:
+        raise CodegenError(f"binary op {op} is not defined on bool")
+    return fn(x, y)
+
+
+def _int_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
+    unsigned = is_unsigned(dtype)
+    simple = {"add": b.add, "sub": b.sub, "mul": b.mul, "bitand": b.and_, "bitor": b.or_,
+              "bitxor": b.xor, "and": b.and_, "or": b.or_, "xor": b.xor, "shl": b.shl,
+              "shr": b.lshr if unsigned else b.ashr}  # fmt: skip
+    if op in simple:
+        return simple[op](x, y)
+    if op in ("max", "min"):
+        prefix = "u" if unsigned else "s"
+        return call_overloaded(b, f"{prefix}{op}", [x, y])
+    if op == "div":
+        return _safe_div(b, x, y, dtype, b.udiv if unsigned else b.sdiv)
+    if op == "fmod":
+        return _safe_div(b, x, y, dtype, b.urem if unsigned else b.srem)
+    if op == "mod":
+        rem = _safe_div(b, x, y, dtype, b.urem if unsigned else b.srem)
+        if unsigned:
+            return rem
+        zero = constant(dtype, 0, lanes_of(x))
+        fix = b.and_(
+            b.icmp_signed("!=", rem, zero),
+            b.xor(b.icmp_signed("<", rem, zero), b.icmp_signed("<", y, zero)),
+        )
+        return b.select(fix, b.add(rem, y), rem)
+    raise CodegenError(f"binary op {op} is not defined on {dtype}")
+
+
+def _safe_div(b: ir.IRBuilder, x: ir.Value, y: ir.Value, dtype: str, fn) -> ir.Value:
+    """Integer division that cannot trap: a zero divisor gives 0 instead of SIGFPE."""
+    lanes = lanes_of(x)
+    zero = constant(dtype, 0, lanes)
+    is_zero = b.icmp_signed("==", y, zero)
+    safe = b.select(is_zero, constant(dtype, 1, lanes), y)
+    return b.select(is_zero, zero, fn(x, safe))
+
+
+def combine(b: ir.IRBuilder, op: str, acc: ir.Value, x: ir.Value, dtype: str) -> ir.Value:
+    """One step of a reduction with operator ``op`` (add, mul, max, min)."""
+    return binary(b, op, acc, x, dtype)
+
+
+def cast(b: ir.IRBuilder, x: ir.Value, src: str, dst: str) -> ir.Value:
+    if src == dst:
+        return x
+    lanes = lanes_of(x)
+    to = value_type(dst, lanes)
+    if dst == "bool":
+        if is_float(src):
+            return b.fcmp_unordered("!=", x, constant(src, 0.0, lanes))
+        return b.icmp_unsigned("!=", x, constant(src, 0, lanes))
+    if src == "bool":
+        return b.uitofp(x, to) if is_float(dst) else b.zext(x, to)
+    if is_float(src) and is_float(dst):
+        bits = {"float16": 16, "float32": 32, "float64": 64}
+        return b.fpext(x, to) if bits[dst] > bits[src] else b.fptrunc(x, to)
+    if is_float(src):
+        return b.fptoui(x, to) if is_unsigned(dst) else b.fptosi(x, to)
+    if is_float(dst):
+        return b.uitofp(x, to) if is_unsigned(src) else b.sitofp(x, to)
+    src_bits, dst_bits = (
+        x.type.element.width if lanes > 1 else x.type.width,
+        to.element.width if lanes > 1 else to.width,
+    )
+    if dst_bits < src_bits:
+        return b.trunc(x, to)
+    if dst_bits > src_bits:
+        return b.zext(x, to) if is_unsigned(src) else b.sext(x, to)
+    return x
+
+
+__all__ = ["I1", "binary", "cast", "combine", "compare", "unary"]

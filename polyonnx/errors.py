@@ -1,0 +1,50 @@
+"""One exception hierarchy for everything polyonnx raises on purpose."""
+
+from __future__ import annotations
+
+
+class PolyonnxError(Exception):
+    """Base class of every error polyonnx raises deliberately."""
+
+
+class ModelError(PolyonnxError):
+    """The model file is malformed, fails the ONNX checker, or cannot be loaded."""
+
+
+class UnsupportedOpError(ModelError):
+    """The model uses operators polyonnx cannot lower.
+
+    ``ops`` maps every unsupported op type to the names of the nodes that use it, so one
+    error lists everything that stands in the way, not just the first offender.
+    """
+
+    def __init__(self, ops: dict[str, list[str]], reasons: dict[str, str] | None = None):
+        self.ops = {op: list(nodes) for op, nodes in sorted(ops.items())}
+        self.reasons = dict(reasons or {})
+        lines = [f"the model uses {len(self.ops)} unsupported operator type(s):"]
+        for op, nodes in self.ops.items():
+            shown = ", ".join(repr(n) for n in nodes[:8])
+            more = f" and {len(nodes) - 8} more" if len(nodes) > 8 else ""
+            why = f" ({self.reasons[op]})" if op in self.reasons else ""
+            lines.append(f"  {op}{why}: node(s) {shown}{more}")
+        super().__init__("\n".join(lines))
+
+
+class LoweringError(PolyonnxError):
+    """A supported op got attributes or inputs that its lowering cannot handle."""
+
+
+class InputError(PolyonnxError, ValueError):
+    """An input given to a session has the wrong name, dtype, rank or shape."""
+
+
+class ScheduleError(PolyonnxError):
+    """A schedule transformation is illegal or malformed."""
+
+
+class CodegenError(PolyonnxError):
+    """Code generation or JIT compilation failed."""
+
+
+class TuningError(PolyonnxError):
+    """The tuner could not run or its database is unusable."""

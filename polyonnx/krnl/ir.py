@@ -1,0 +1,225 @@
+"""The krnl IR: buffers, isl domains and access maps, scalar expression trees.
+
+Everything here is a frozen dataclass of plain data. isl objects are kept as their isl
+strings (``{ S0[i, j] : 0 <= i < 8 and 0 <= j < 4 }``), so a Program pickles for tuning
+workers and prints for humans; :mod:`polyonnx.krnl.isl` parses them on demand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+
+FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
+INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+DTYPES = FLOAT_DTYPES | INT_DTYPES | {"bool"}
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in FLOAT_DTYPES
+
+
+def is_unsigned(dtype: str) -> bool:
+    return dtype.startswith("uint") or dtype == "bool"
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A dense row-major tensor. ``shape`` is static: sessions specialise symbolic dims."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Access:
+    """A read or write of ``buffer`` at ``index``: an isl multi-affine map, as a string,
+    from the statement's domain to the buffer's index space, e.g.
+    ``{ S0[i, j, k] -> [i, k] }``. Broadcasting and transposes are just maps."""
+
+    buffer: str
+    index: str
+
+
+# ---- scalar expressions -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expr:
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Load(Expr):
+    access: Access
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: float | int | bool
+
+
+@dataclass(frozen=True)
+class Iter(Expr):
+    """The value of one domain dimension of the statement (an int64)."""
+
+    dim: str
+
+
+@dataclass(frozen=True)
+class Unary(Expr):
+    op: str
+    x: Expr
+
+
+@dataclass(frozen=True)
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    x: Expr
+
+
+UNARY_OPS = frozenset(
+    {
+        "neg", "abs", "sqrt", "exp", "log", "tanh", "sigmoid", "erf", "sin", "cos",
+        "floor", "ceil", "round", "sign", "reciprocal", "not", "relu", "softplus",
+        "isnan", "isinf", "isposinf", "isneginf",
+    }
+)  # fmt: skip
+BINARY_OPS = frozenset(
+    {
+        "add", "sub", "mul", "div", "mod", "fmod", "pow", "max", "min",
+        "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor",
+        "shl", "shr", "bitand", "bitor", "bitxor",
+    }
+)  # fmt: skip
+COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+REDUCE_OPS = frozenset({"add", "mul", "max", "min"})
+
+
+def reduce_identity(op: str, dtype: str) -> float | int | bool:
+    """The neutral element of reduction operator ``op`` in ``dtype``."""
+    if op == "add":
+        return False if dtype == "bool" else 0
+    if op == "mul":
+        return True if dtype == "bool" else 1
+    if dtype == "bool":
+        return op == "min"
+    if is_float(dtype):
+        return -np.inf if op == "max" else np.inf
+    info = np.iinfo(np.dtype(dtype))
+    return int(info.min if op == "max" else info.max)
+
+
+def loads(expr: Expr) -> list[Load]:
+    """Every Load in ``expr``, left to right."""
+    if isinstance(expr, Load):
+        return [expr]
+    found: list[Load] = []
+    for child in children(expr):
+        found.extend(loads(child))
+    return found
+
+
+def children(expr: Expr) -> tuple[Expr, ...]:
+    if isinstance(expr, Unary | Cast):
+        return (expr.x,)
+    if isinstance(expr, Binary):
+        return (expr.a, expr.b)
+    if isinstance(expr, Select):
+        return (expr.cond, expr.a, expr.b)
+    return ()
+
+
+# ---- statements, kernels, programs ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Statement:
+    """``write[index] = expr`` over every point of ``domain``, or, with ``reduce`` set,
+    ``write[index] = write[index] <reduce> expr``. A reduction's init is its own earlier
+    statement; the dims of the domain that the write does not use are the reduction dims.
+    """
+
+    name: str
+    domain: str
+    write: Access
+    expr: Expr
+    reduce: str | None = None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """What one ONNX node became: statements run in order, each over its whole domain."""
+
+    name: str
+    op_type: str
+    statements: tuple[Statement, ...]
+
+    def buffers(self) -> tuple[str, ...]:
+        """Every buffer the kernel touches, in first-use order."""
+        names: dict[str, None] = {}
+        for stmt in self.statements:
+            for load in loads(stmt.expr):
+                names.setdefault(load.access.buffer)
+            names.setdefault(stmt.write.buffer)
+        return tuple(names)
+
+    def reads(self) -> frozenset[str]:
+        return frozenset(ld.access.buffer for s in self.statements for ld in loads(s.expr))
+
+    def writes(self) -> frozenset[str]:
+        return frozenset(s.write.buffer for s in self.statements)
+
+
+@dataclass(frozen=True)
+class Program:
+    """A lowered model: kernels in execution order plus where every buffer lives.
+
+    ``views`` maps a buffer to the buffer whose storage it shares (Reshape, Flatten,
+    Squeeze, Unsqueeze, Identity): same bytes, another shape, no copy.
+    """
+
+    kernels: tuple[Kernel, ...]
+    buffers: Mapping[str, Buffer]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    constants: Mapping[str, np.ndarray] = field(default_factory=lambda: MappingProxyType({}))
+    views: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def root(self, name: str) -> str:
+        """The buffer that owns ``name``'s storage (following views)."""
+        while name in self.views:
+            name = self.views[name]
+        return name
+
+    def kernel(self, name: str) -> Kernel:
+        for kernel in self.kernels:
+            if kernel.name == name:
+                return kernel
+        known = ", ".join(k.name for k in self.kernels)
+        raise KeyError(f"no kernel named {name!r}; kernels are: {known}")

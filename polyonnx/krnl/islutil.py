@@ -1,0 +1,59 @@
+"""Parsing and questions about the isl strings kept in the krnl IR."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+import islpy as isl
+
+from polyonnx.krnl.ir import Access, Statement
+
+
+@lru_cache(maxsize=4096)
+def parse_set(text: str) -> isl.Set:
+    return isl.Set(text)
+
+
+@lru_cache(maxsize=8192)
+def parse_access(text: str) -> isl.MultiAff:
+    return isl.MultiAff(text)
+
+
+def dim_names(stmt: Statement) -> list[str]:
+    domain = parse_set(stmt.domain)
+    return [domain.get_dim_name(isl.dim_type.set, d) for d in range(domain.dim(isl.dim_type.set))]
+
+
+def row_major_strides(shape: Sequence[int]) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(int(n), 1)
+    return strides[::-1]
+
+
+def flat_stride(acc: Access, shape: Sequence[int], dim: int) -> int | None:
+    """How far (in elements) the access moves when domain dim ``dim`` grows by one;
+    None when the index is not affine in that dim (floor divisions)."""
+    index = parse_access(acc.index)
+    total = 0
+    for r, stride in enumerate(row_major_strides(shape)):
+        aff = index.get_aff(r)
+        if aff.dim(isl.dim_type.div) and _div_involves(aff, dim):
+            return None
+        total += int(aff.get_coefficient_val(isl.dim_type.in_, dim).to_python()) * stride
+    return total
+
+
+def _div_involves(aff: isl.Aff, dim: int) -> bool:
+    for d in range(aff.dim(isl.dim_type.div)):
+        if aff.get_div(d).involves_dims(isl.dim_type.in_, dim, 1):
+            return True
+    return False
+
+
+def named_access(acc: Access, buffer_id: str) -> isl.Map:
+    """The access as an isl map whose range tuple is named ``buffer_id``."""
+    relation = isl.Map.from_multi_aff(parse_access(acc.index))
+    return relation.set_tuple_name(isl.dim_type.out, buffer_id)

@@ -1,0 +1,191 @@
+"""Graph → Program: run each node's lowering, then settle where outputs live."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import MappingProxyType
+
+import numpy as np
+
+from polyonnx.errors import LoweringError, UnsupportedOpError
+from polyonnx.frontend.graph import Graph, Node
+from polyonnx.krnl import build as kb
+from polyonnx.krnl.ir import DTYPES, Buffer, Expr, Kernel, Program, Statement
+
+Lowering = Callable[["LowerContext", Node], None]
+LOWERINGS: dict[str, Lowering] = {}
+
+
+def lowers(*op_types: str) -> Callable[[Lowering], Lowering]:
+    """Register a function as the lowering of ``op_types``."""
+
+    def register(fn: Lowering) -> Lowering:
+        for op in op_types:
+            LOWERINGS[op] = fn
+        return fn
+
+    return register
+
+
+def supported_ops() -> frozenset[str]:
+    _load_op_modules()
+    return frozenset(LOWERINGS)
+
+
+class LowerContext:
+    """The mutable workbench one lowering run uses; it yields a frozen Program."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.buffers: dict[str, Buffer] = {}
+        self.constants: dict[str, np.ndarray] = {}
+        self.views: dict[str, str] = {}
+        self.kernels: list[Kernel] = []
+        self._kernel_names: set[str] = set()
+        self._temp_count = 0
+        for value in graph.inputs:
+            self.buffers[value.name] = Buffer(value.name, tuple(value.shape), value.dtype)
+
+    # -- reading operands ------------------------------------------------------------
+
+    def buffer(self, name: str) -> Buffer:
+        if name in self.buffers:
+            return self.buffers[name]
+        if name in self.graph.constants:
+            array = np.ascontiguousarray(self.graph.constants[name])
+            self.constants[name] = array
+            self.buffers[name] = Buffer(name, tuple(array.shape), array.dtype.name)
+            return self.buffers[name]
+        raise LoweringError(f"tensor {name!r} is used before it is produced")
+
+    def constant(self, name: str) -> np.ndarray | None:
+        """The value of ``name`` if it is a compile-time constant, else None."""
+        if name in self.graph.constants:
+            return np.asarray(self.graph.constants[name])
+        return None
+
+    def require_constant(self, node: Node, index: int, what: str) -> np.ndarray:
+        value = self.constant(node.input(index))
+        if value is None:
+            raise LoweringError(
+                f"{node.op_type} node {node.name!r}: input {index} ({what}) must be a "
+                "constant after constant folding; computed values are not supported"
+            )
+        return value
+
+    def operand(self, name: str, stmt: str, out_dims: Sequence[str]) -> Expr:
+        """``name`` read at the numpy-broadcast position of ``out_dims``; a constant
+        with a single element becomes a literal instead of a load."""
+        value = self.constant(name)
+        if value is not None and value.size == 1:
+            return kb.const(value.reshape(()).item(), value.dtype.name)
+        buf = self.buffer(name)
+        index = kb.broadcast_index(out_dims, buf.shape)
+        return kb.load(kb.access(name, stmt, out_dims, index), buf.dtype)
+
+    # -- writing results ---------------------------------------------------------------
+
+    def output(self, name: str, shape: Sequence[int], dtype: str) -> Buffer:
+        if dtype not in DTYPES:
+            raise LoweringError(f"tensor {name!r} has unsupported dtype {dtype}")
+        buf = Buffer(name, tuple(int(n) for n in shape), dtype)
+        self.buffers[name] = buf
+        return buf
+
+    def temp(self, hint: str, shape: Sequence[int], dtype: str) -> Buffer:
+        self._temp_count += 1
+        return self.output(f"{hint}.tmp{self._temp_count}", shape, dtype)
+
+    def view(self, name: str, base: str, shape: Sequence[int]) -> None:
+        """``name`` is ``base``'s storage seen with another shape (no copy)."""
+        src = self.buffer(base)
+        buf = Buffer(name, tuple(int(n) for n in shape), src.dtype)
+        if buf.size != src.size:
+            raise LoweringError(f"view {name!r} of {base!r}: {buf.shape} vs {src.shape}")
+        self.buffers[name] = buf
+        self.views[name] = base
+
+    def kernel(self, node: Node, statements: Sequence[Statement]) -> None:
+        name = node.name or node.op_type
+        while name in self._kernel_names:
+            name = f"{name}_"
+        self._kernel_names.add(name)
+        self.kernels.append(Kernel(name, node.op_type, tuple(statements)))
+
+    # -- result ------------------------------------------------------------------------
+
+    def program(self) -> Program:
+        return Program(
+            kernels=tuple(self.kernels),
+            buffers=MappingProxyType(dict(self.buffers)),
+            inputs=tuple(v.name for v in self.graph.inputs),
+            outputs=tuple(v.name for v in self.graph.outputs),
+            constants=MappingProxyType(dict(self.constants)),
+            views=MappingProxyType(dict(self.views)),
+        )
+
+
+def lower(graph: Graph) -> Program:
+    """Lower every node of a static-shaped graph to kernels."""
+    _load_op_modules()
+    missing: dict[str, list[str]] = {}
+    for node in graph.nodes:
+        if node.op_type not in LOWERINGS or node.domain not in ("", "ai.onnx"):
+            missing.setdefault(_op_key(node), []).append(node.name)
+    if missing:
+        raise UnsupportedOpError(missing)
+    if not graph.is_static:
+        raise LoweringError("lowering needs static input shapes; specialise the graph first")
+    ctx = LowerContext(graph)
+    for node in graph.nodes:
+        try:
+            LOWERINGS[node.op_type](ctx, node)
+        except (LoweringError, UnsupportedOpError):
+            raise
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise LoweringError(f"{node.op_type} node {node.name!r}: {exc}") from exc
+    _place_outputs(ctx)
+    return ctx.program()
+
+
+def _op_key(node: Node) -> str:
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+
+
+def _place_outputs(ctx: LowerContext) -> None:
+    """Give every computed graph output storage of its own.
+
+    An output that is a view of a graph input, of a constant, or of storage another output
+    already owns gets a copy kernel; otherwise it owns its root's storage. Outputs that
+    *are* an input or a constant are left to the runtime, which returns a copy.
+    """
+    external = set(ctx.graph.constants) | {v.name for v in ctx.graph.inputs}
+    claimed: set[str] = set()
+    for value in ctx.graph.outputs:
+        name = value.name
+        if name in external:
+            continue
+        root = _root(ctx.views, name)
+        if root not in external and root not in claimed:
+            claimed.add(root)
+            continue
+        source = f"{name}.src"
+        ctx.buffers[source] = ctx.buffers[name]
+        ctx.views[source] = ctx.views.pop(name)
+        shape = ctx.buffers[name].shape
+        dims = kb.dims("d", len(shape))
+        body = kb.load(kb.access(source, "S0", dims, dims), ctx.buffers[name].dtype)
+        stmt = Statement("S0", kb.box("S0", dims, shape), kb.access(name, "S0", dims, dims), body)
+        ctx.kernels.append(Kernel(f"copy_{name}", "Identity", (stmt,)))
+        claimed.add(name)
+
+
+def _root(views: dict[str, str], name: str) -> str:
+    while name in views:
+        name = views[name]
+    return name
+
+
+def _load_op_modules() -> None:
+    """Import the op families so that their @lowers decorators register."""
+    from polyonnx.krnl import ops  # noqa: F401

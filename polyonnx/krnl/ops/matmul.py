@@ -1,0 +1,88 @@
+"""Contractions: MatMul (numpy semantics: batched, broadcast batch dims, 1-D operands)
+and Gemm (alpha, beta, transA, transB, C broadcast).
+
+Each is an init statement followed by a sum reduction over ``k``::
+
+    S0: Y[b.., i, j] = 0                       (Gemm: beta * C[..])
+    S1: Y[b.., i, j] += A[b.., i, k] * B[b.., k, j]
+"""
+
+from __future__ import annotations
+
+from polyonnx.errors import LoweringError
+from polyonnx.frontend.graph import Node
+from polyonnx.krnl import build as kb
+from polyonnx.krnl.ir import Expr, Statement
+from polyonnx.krnl.lower import LowerContext, lowers
+
+
+@lowers("MatMul")
+def lower_matmul(ctx: LowerContext, node: Node) -> None:
+    a, b = ctx.buffer(node.inputs[0]), ctx.buffer(node.inputs[1])
+    if not a.shape or not b.shape:
+        raise LoweringError(f"MatMul node {node.name!r}: operands must have rank >= 1")
+    a_shape = (1, *a.shape) if len(a.shape) == 1 else a.shape
+    b_shape = (*b.shape, 1) if len(b.shape) == 1 else b.shape
+    m, k = a_shape[-2:]
+    k2, n = b_shape[-2:]
+    if k != k2:
+        raise LoweringError(f"MatMul node {node.name!r}: inner dims differ, {a.shape} @ {b.shape}")
+    batch = kb.broadcast_shape(a_shape[:-2], b_shape[:-2])
+    bdims = kb.dims("b", len(batch))
+    # the loop dims: a 1-D operand contributes no i (or j) loop
+    keep_i, keep_j = len(a.shape) > 1, len(b.shape) > 1
+    out_dims = [*bdims, *(["i"] if keep_i else []), *(["j"] if keep_j else [])]
+    out_shape = [*batch, *([m] if keep_i else []), *([n] if keep_j else [])]
+    i, j = ("i" if keep_i else "0"), ("j" if keep_j else "0")
+    a_lead = kb.broadcast_index(bdims, a_shape[:-2])
+    b_lead = kb.broadcast_index(bdims, b_shape[:-2])
+    a_index = [*a_lead, i, "k"] if len(a.shape) > 1 else ["k"]
+    b_index = [*b_lead, "k", j] if len(b.shape) > 1 else ["k"]
+    full = [*out_dims, "k"]
+    product = kb.binary(
+        "mul",
+        kb.load(kb.access(a.name, "S1", full, a_index), a.dtype),
+        kb.load(kb.access(b.name, "S1", full, b_index), b.dtype),
+    )
+    out = ctx.output(node.outputs[0], out_shape, a.dtype)
+    ctx.kernel(node, _contraction(out.name, out_dims, out_shape, k, kb.const(0, a.dtype), product))
+
+
+@lowers("Gemm")
+def lower_gemm(ctx: LowerContext, node: Node) -> None:
+    a, b = ctx.buffer(node.inputs[0]), ctx.buffer(node.inputs[1])
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise LoweringError(
+            f"Gemm node {node.name!r}: A and B must be 2-D, got {a.shape}, {b.shape}"
+        )
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    trans_a, trans_b = int(node.attr("transA", 0)), int(node.attr("transB", 0))
+    m, k = a.shape[::-1] if trans_a else a.shape
+    k2, n = b.shape[::-1] if trans_b else b.shape
+    if k != k2:
+        raise LoweringError(f"Gemm node {node.name!r}: inner dims differ, {a.shape}, {b.shape}")
+    full = ["i", "j", "k"]
+    a_load = kb.load(kb.access(a.name, "S1", full, ["k", "i"] if trans_a else ["i", "k"]), a.dtype)
+    b_load = kb.load(kb.access(b.name, "S1", full, ["j", "k"] if trans_b else ["k", "j"]), b.dtype)
+    if alpha != 1.0:
+        a_load = kb.binary("mul", kb.const(alpha, a.dtype), a_load)
+    init: Expr = kb.const(0, a.dtype)
+    if node.input(2) and beta != 0.0:
+        init = ctx.operand(node.inputs[2], "S0", ["i", "j"])
+        kb.broadcast_shape(ctx.buffer(node.inputs[2]).shape, (m, n))  # validates
+        if beta != 1.0:
+            init = kb.binary("mul", kb.const(beta, a.dtype), init)
+    out = ctx.output(node.outputs[0], (m, n), a.dtype)
+    product = kb.binary("mul", a_load, b_load)
+    ctx.kernel(node, _contraction(out.name, ["i", "j"], (m, n), k, init, product))
+
+
+def _contraction(
+    out: str, dims: list[str], shape, k: int, init: Expr, product: Expr
+) -> list[Statement]:
+    full = [*dims, "k"]
+    init_stmt = Statement("S0", kb.box("S0", dims, shape), kb.access(out, "S0", dims, dims), init)
+    update = Statement(
+        "S1", kb.box("S1", full, [*shape, k]), kb.access(out, "S1", full, dims), product, "add"
+    )
+    return [init_stmt, update]

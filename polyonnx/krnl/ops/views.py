@@ -1,0 +1,95 @@
+"""Ops that only re-index: Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout.
+
+Each output is a *view*: the input's storage under another shape, with no copy and no
+kernel (row-major data is unchanged by these ops).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from polyonnx.errors import LoweringError
+from polyonnx.frontend.graph import Node
+from polyonnx.krnl import build as kb
+from polyonnx.krnl.ir import Statement
+from polyonnx.krnl.lower import LowerContext, lowers
+
+
+@lowers("Identity")
+def lower_identity(ctx: LowerContext, node: Node) -> None:
+    x = ctx.buffer(node.inputs[0])
+    ctx.view(node.outputs[0], x.name, x.shape)
+
+
+@lowers("Dropout")
+def lower_dropout(ctx: LowerContext, node: Node) -> None:
+    """Inference: the output is the input; the optional mask is all true."""
+    x = ctx.buffer(node.inputs[0])
+    ctx.view(node.outputs[0], x.name, x.shape)
+    if len(node.outputs) > 1 and node.outputs[1]:
+        dims = kb.dims("d", len(x.shape))
+        mask = ctx.output(node.outputs[1], x.shape, "bool")
+        write = kb.access(mask.name, "S0", dims, dims)
+        stmt = Statement("S0", kb.box("S0", dims, x.shape), write, kb.const(True, "bool"))
+        ctx.kernel(node, [stmt])
+
+
+@lowers("Reshape")
+def lower_reshape(ctx: LowerContext, node: Node) -> None:
+    x = ctx.buffer(node.inputs[0])
+    target = [int(v) for v in ctx.require_constant(node, 1, "shape").reshape(-1)]
+    allowzero = int(node.attr("allowzero", 0))
+    shape = [x.shape[i] if (v == 0 and not allowzero) else v for i, v in enumerate(target)]
+    if shape.count(-1) > 1:
+        raise LoweringError(f"Reshape node {node.name!r}: more than one -1 in {target}")
+    if -1 in shape:
+        known = int(np.prod([v for v in shape if v != -1], dtype=np.int64))
+        total = int(np.prod(x.shape, dtype=np.int64))
+        if known == 0 or total % known:
+            raise LoweringError(f"Reshape node {node.name!r}: cannot reshape {x.shape} to {target}")
+        shape[shape.index(-1)] = total // known
+    ctx.view(node.outputs[0], x.name, shape)
+
+
+@lowers("Flatten")
+def lower_flatten(ctx: LowerContext, node: Node) -> None:
+    x = ctx.buffer(node.inputs[0])
+    axis = int(node.attr("axis", 1))
+    axis = axis + len(x.shape) if axis < 0 else axis
+    lead = int(np.prod(x.shape[:axis], dtype=np.int64))
+    ctx.view(node.outputs[0], x.name, (lead, int(np.prod(x.shape[axis:], dtype=np.int64))))
+
+
+@lowers("Squeeze")
+def lower_squeeze(ctx: LowerContext, node: Node) -> None:
+    x = ctx.buffer(node.inputs[0])
+    axes = _axes(ctx, node, 13)
+    rank = len(x.shape)
+    if axes is None:
+        axes = [a for a, n in enumerate(x.shape) if n == 1]
+    axes = {a % rank for a in axes}
+    for a in axes:
+        if x.shape[a] != 1:
+            raise LoweringError(f"Squeeze node {node.name!r}: dim {a} of {x.shape} is not 1")
+    ctx.view(node.outputs[0], x.name, [n for a, n in enumerate(x.shape) if a not in axes])
+
+
+@lowers("Unsqueeze")
+def lower_unsqueeze(ctx: LowerContext, node: Node) -> None:
+    x = ctx.buffer(node.inputs[0])
+    axes = _axes(ctx, node, 13) or []
+    rank = len(x.shape) + len(axes)
+    axes = sorted(a % rank for a in axes)
+    shape = list(x.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    ctx.view(node.outputs[0], x.name, shape)
+
+
+def _axes(ctx: LowerContext, node: Node, input_since: int) -> list[int] | None:
+    if node.opset >= input_since:
+        if not node.input(1):
+            return None
+        return [int(a) for a in ctx.require_constant(node, 1, "axes").reshape(-1)]
+    axes = node.attr("axes")
+    return None if axes is None else [int(a) for a in axes]

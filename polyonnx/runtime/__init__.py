@@ -1,0 +1,1 @@
+"""Sessions, compiled models and memory planning."""

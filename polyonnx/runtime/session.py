@@ -1,0 +1,146 @@
+"""``InferenceSession``: onnxruntime's surface over polyonnx-compiled native code.
+
+Models with symbolic input dims are compiled once per distinct input shape (shape
+specialisation: constant trip counts make better loops) and the result is cached.
+Every input is validated — name, dtype, rank, shape — before native code runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from polyonnx.emit.target import Target
+from polyonnx.errors import InputError
+from polyonnx.frontend.graph import Dim, Graph, Value
+from polyonnx.frontend.load import load_graph, load_model
+from polyonnx.krnl.lower import supported_ops
+from polyonnx.runtime.compiled import CompiledModel, compile_graph
+
+ORT_TYPES = {"float32": "float", "float64": "double"}
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output as onnxruntime describes it."""
+
+    name: str
+    shape: list[int | str | None]
+    type: str
+
+
+def node_arg(value: Value) -> NodeArg:
+    return NodeArg(
+        value.name, list(value.shape), f"tensor({ORT_TYPES.get(value.dtype, value.dtype)})"
+    )
+
+
+class InferenceSession:
+    def __init__(
+        self,
+        model: str | os.PathLike | bytes | onnx.ModelProto,
+        threads: int | None = None,
+        *,
+        target: Target | None = None,
+    ):
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        self.threads = threads or os.cpu_count() or 1
+        self._target = target
+        self._model = load_model(model)
+        self.graph: Graph = load_graph(self._model, supported_ops=supported_ops())
+        self._compiled: dict[tuple, CompiledModel] = {}
+        if self.graph.is_static:
+            self._compiled[self._signature_of(self.graph.inputs)] = compile_graph(
+                self.graph, target
+            )
+
+    # -- onnxruntime's surface -----------------------------------------------------------
+
+    def get_inputs(self) -> list[NodeArg]:
+        return [node_arg(v) for v in self.graph.inputs]
+
+    def get_outputs(self) -> list[NodeArg]:
+        return [node_arg(v) for v in self.graph.outputs]
+
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, np.ndarray],
+        run_options: object = None,
+    ) -> list[np.ndarray]:
+        feed = self.validate(input_feed)
+        names = list(output_names) if output_names else [v.name for v in self.graph.outputs]
+        known = [v.name for v in self.graph.outputs]
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise InputError(f"unknown output name(s) {unknown}; the model's outputs are {known}")
+        results = self.compiled_for(feed).run(feed)
+        return [results[n] for n in names]
+
+    # -- polyonnx ------------------------------------------------------------------------
+
+    def compiled_for(self, feed: Mapping[str, np.ndarray]) -> CompiledModel:
+        """The native code for these input shapes, compiled on first use."""
+        key = tuple((name, tuple(arr.shape)) for name, arr in sorted(feed.items()))
+        if key not in self._compiled:
+            shapes = {name: shape for name, shape in key}
+            graph = load_graph(self._model, supported_ops=supported_ops(), input_shapes=shapes)
+            self._compiled[key] = compile_graph(graph, self._target)
+        return self._compiled[key]
+
+    def validate(self, input_feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Check every input against the model; return C-contiguous arrays."""
+        expected = {v.name: v for v in self.graph.inputs}
+        unknown = [n for n in input_feed if n not in expected]
+        if unknown:
+            raise InputError(
+                f"unknown input name(s) {unknown}; the model's inputs are {list(expected)}"
+            )
+        missing = [n for n in expected if n not in input_feed]
+        if missing:
+            raise InputError(f"missing input(s) {missing}; the model's inputs are {list(expected)}")
+        feed: dict[str, np.ndarray] = {}
+        symbols: dict[str, tuple[str, int]] = {}
+        for name, value in expected.items():
+            given = input_feed[name]
+            if not isinstance(given, np.ndarray):
+                given = np.asarray(given)
+            if given.dtype.name != value.dtype:
+                raise InputError(
+                    f"input {name!r}: expected dtype {value.dtype}, given {given.dtype.name}"
+                )
+            _check_shape(name, value.shape, given.shape, symbols)
+            feed[name] = np.ascontiguousarray(given)
+        return feed
+
+    @staticmethod
+    def _signature_of(values: Sequence[Value]) -> tuple:
+        return tuple(sorted((v.name, tuple(v.shape)) for v in values))
+
+
+def _check_shape(name: str, shape: tuple[Dim, ...], given: tuple[int, ...], symbols: dict) -> None:
+    if len(shape) != len(given):
+        raise InputError(
+            f"input {name!r}: expected rank {len(shape)} (shape {list(shape)}), "
+            f"given rank {len(given)} (shape {list(given)})"
+        )
+    for axis, (want, got) in enumerate(zip(shape, given, strict=True)):
+        if isinstance(want, int):
+            if want != got:
+                raise InputError(
+                    f"input {name!r}: expected shape {list(shape)}, given {list(given)} "
+                    f"(dim {axis} must be {want}, is {got})"
+                )
+            continue
+        if want in symbols and symbols[want][1] != got and not want.startswith("?"):
+            other, size = symbols[want]
+            raise InputError(
+                f"input {name!r}: dim {axis} is the symbolic size {want!r}, which input "
+                f"{other!r} gave as {size}; here it is {got}"
+            )
+        symbols.setdefault(want, (name, got))

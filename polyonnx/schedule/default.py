@@ -1,0 +1,67 @@
+"""Default schedules: a loop order and a vectorised loop for each statement, chosen from
+the strides of its accesses.
+
+The innermost loop is the dim along which the write is contiguous (or, for a reduction,
+unchanged) and the most loads are contiguous; the reduction dims go just outside it, so
+``C[i,j] += A[i,k] * B[k,j]`` runs ``i, k, j`` with ``j`` in SIMD lanes, and a row sum
+runs its reduction dim in SIMD lanes with a vector accumulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import islpy as isl
+
+from polyonnx.krnl.ir import REDUCE_OPS, Buffer, Kernel, Statement, loads
+from polyonnx.krnl.islutil import dim_names, flat_stride, parse_set
+from polyonnx.schedule.tree import KernelSchedule, LoopNest, sequence_tree
+
+MIN_VECTOR_EXTENT = 4
+
+
+def default_schedule(kernel: Kernel, buffers: Mapping[str, Buffer]) -> KernelSchedule:
+    return sequence_tree(kernel, [loop_nest(stmt, buffers) for stmt in kernel.statements])
+
+
+def loop_nest(stmt: Statement, buffers: Mapping[str, Buffer]) -> LoopNest:
+    names = dim_names(stmt)
+    if not names:
+        return LoopNest(())
+    extents = _extents(stmt)
+    scores = {pos: _score(stmt, buffers, pos) for pos in range(len(names))}
+    candidates = [p for p, s in scores.items() if s is not None]
+    if not candidates:
+        return LoopNest(tuple(names))
+    inner = max(candidates, key=lambda p: (scores[p], p))
+    write_shape = buffers[stmt.write.buffer].shape
+    reduced = [p for p in range(len(names)) if flat_stride(stmt.write, write_shape, p) == 0]
+    outer = [p for p in range(len(names)) if p != inner and p not in reduced]
+    order = [*outer, *(p for p in reduced if p != inner), inner]
+    vectorize = extents[inner] >= MIN_VECTOR_EXTENT
+    return LoopNest(tuple(names[p] for p in order), vectorize)
+
+
+def _score(stmt: Statement, buffers: Mapping[str, Buffer], pos: int) -> int | None:
+    """How well SIMD along dim ``pos`` suits the statement; None when it cannot work."""
+    write = flat_stride(stmt.write, buffers[stmt.write.buffer].shape, pos)
+    if write == 0 and stmt.reduce not in REDUCE_OPS:
+        return None
+    if write not in (0, 1):
+        return None
+    score = 2 if write == 1 else 0
+    for load in loads(stmt.expr):
+        stride = flat_stride(load.access, buffers[load.access.buffer].shape, pos)
+        score += {1: 1, 0: 0}.get(stride, -1)
+    return score
+
+
+def _extents(stmt: Statement) -> list[int]:
+    domain = parse_set(stmt.domain)
+    count = domain.dim(isl.dim_type.set)
+    if domain.is_empty():
+        return [0] * count
+    return [
+        int(domain.dim_max_val(d).to_python()) - int(domain.dim_min_val(d).to_python()) + 1
+        for d in range(count)
+    ]
