@@ -1,0 +1,88 @@
+"""Memory-based dependences of a kernel, and the legality of a schedule against them.
+
+Two statement instances depend on each other when they touch the same buffer element,
+at least one of them writes it, and the kernel's original order runs one first. A
+schedule is legal when it keeps every such pair in its original order.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from polyonnx.errors import ScheduleError
+from polyonnx.krnl.ir import Kernel, loads
+from polyonnx.krnl.islutil import dim_names, named_access, parse_set
+from polyonnx.schedule.tree import KernelSchedule, LoopNest, sequence_tree
+
+
+def original_schedule(kernel: Kernel) -> KernelSchedule:
+    """Statements in order, each over its dims in declaration order."""
+    return sequence_tree(kernel, [LoopNest(tuple(dim_names(s))) for s in kernel.statements])
+
+
+def access_relations(kernel: Kernel) -> tuple[isl.UnionMap, isl.UnionMap]:
+    """(reads, writes) as union maps from statement instances to named buffer elements.
+    A reduction's update reads the element it writes."""
+    ids = {name: f"B{i}" for i, name in enumerate(kernel.buffers())}
+    space = parse_set(kernel.statements[0].domain).get_space().params()
+    reads, writes = isl.UnionMap.empty(space), isl.UnionMap.empty(space)
+    for stmt in kernel.statements:
+        domain = parse_set(stmt.domain)
+        write = named_access(stmt.write, ids[stmt.write.buffer]).intersect_domain(domain)
+        writes = writes.union(isl.UnionMap.from_map(write))
+        if stmt.reduce is not None:
+            reads = reads.union(isl.UnionMap.from_map(write))
+        for load in loads(stmt.expr):
+            read = named_access(load.access, ids[load.access.buffer]).intersect_domain(domain)
+            reads = reads.union(isl.UnionMap.from_map(read))
+    return reads, writes
+
+
+def dependences(kernel: Kernel) -> isl.UnionMap:
+    """Every (earlier → later) pair of instances that conflict on a buffer element."""
+    reads, writes = access_relations(kernel)
+    conflicts = (
+        writes.apply_range(writes.reverse())
+        .union(writes.apply_range(reads.reverse()))
+        .union(reads.apply_range(writes.reverse()))
+    )
+    order = original_schedule(kernel).isl_schedule().get_map()
+    return conflicts.intersect(order.lex_lt_union_map(order))
+
+
+def violations(schedule: KernelSchedule, deps: isl.UnionMap) -> isl.UnionMap:
+    """The dependences that ``schedule`` runs out of order (or at the same time)."""
+    times = schedule.isl_schedule().get_map()
+    return deps.intersect(times.lex_ge_union_map(times))
+
+
+def check_legal(schedule: KernelSchedule, deps: isl.UnionMap | None = None) -> None:
+    """Raise ScheduleError naming one pair of iterations that ``schedule`` would reorder."""
+    deps = dependences(schedule.kernel) if deps is None else deps
+    bad = violations(schedule, deps)
+    if bad.is_empty():
+        return
+    pair = bad.sample()
+    raise ScheduleError(
+        f"kernel {schedule.kernel.name!r}: the schedule breaks a dependence: "
+        f"{describe_pair(pair)} must run in its original order"
+    )
+
+
+def describe_pair(pair: isl.BasicMap) -> str:
+    """``S0[i=0, j=1] before S1[i=0, j=1, k=0]`` for a one-point relation."""
+    point = pair.wrap().sample_point()
+    n_in, n_out = pair.dim(isl.dim_type.in_), pair.dim(isl.dim_type.out)
+    coords = [
+        int(point.get_coordinate_val(isl.dim_type.set, d).to_python()) for d in range(n_in + n_out)
+    ]
+    return (
+        f"{_point(pair, isl.dim_type.in_, coords[:n_in])} before "
+        f"{_point(pair, isl.dim_type.out, coords[n_in:])}"
+    )
+
+
+def _point(pair: isl.BasicMap, kind: isl.dim_type, values: list[int]) -> str:
+    names = [pair.get_dim_name(kind, d) or f"d{d}" for d in range(len(values))]
+    inner = ", ".join(f"{n}={v}" for n, v in zip(names, values, strict=True))
+    return f"{pair.get_tuple_name(kind)}[{inner}]"
