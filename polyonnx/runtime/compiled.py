@@ -12,9 +12,11 @@ import numpy as np
 from polyonnx.emit.jit import JitModule
 from polyonnx.emit.module import ENTRY, emit_module
 from polyonnx.emit.target import Target, host_target
+from polyonnx.errors import InputError
 from polyonnx.frontend.graph import Graph
+from polyonnx.frontend.load import load_graph
 from polyonnx.krnl.ir import Program
-from polyonnx.krnl.lower import lower
+from polyonnx.krnl.lower import lower, supported_ops
 from polyonnx.runtime.memory import ARENA, Layout, plan_memory
 from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.tree import KernelSchedule
@@ -22,6 +24,15 @@ from polyonnx.schedule.tree import KernelSchedule
 
 def default_schedules(program: Program) -> tuple[KernelSchedule, ...]:
     return tuple(default_schedule(k, program.buffers) for k in program.kernels)
+
+
+def lower_model(model, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Program:
+    """Load, check and lower a model; symbolic input dims need ``input_shapes``."""
+    graph = load_graph(model, supported_ops=supported_ops(), input_shapes=input_shapes)
+    if not graph.is_static:
+        dynamic = {v.name: list(v.shape) for v in graph.inputs if not v.is_static}
+        raise InputError(f"inputs with symbolic dims need concrete shapes: {dynamic}")
+    return lower(graph)
 
 
 def compile_graph(graph: Graph, target: Target | None = None) -> CompiledModel:

@@ -1,0 +1,219 @@
+"""The ``polyonnx`` command.
+
+polyonnx run MODEL [--input NAME=FILE.npy ...] [--shape NAME=1,3,224,224 ...]
+                   [--compare-ort] [--repeat N] [--threads N]
+polyonnx show MODEL [--kernel NAME] [--llvm] [--shape NAME=...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from polyonnx.errors import PolyonnxError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except PolyonnxError as exc:
+        print(f"polyonnx: error: {exc}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"polyonnx: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="polyonnx", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="compile a model, run it, and report outputs and latency")
+    run.add_argument("model")
+    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
+    run.add_argument(
+        "--shape", action="append", default=[], metavar="NAME=D0,D1,...",
+        help="concrete shape for an input with symbolic dims",
+    )  # fmt: skip
+    run.add_argument("--compare-ort", action="store_true", help="compare outputs with onnxruntime")
+    run.add_argument("--repeat", type=int, default=20, help="timed runs (median reported)")
+    run.add_argument("--threads", type=int, default=None)
+    run.add_argument("--seed", type=int, default=0)
+    run.set_defaults(handler=cmd_run)
+
+    show = sub.add_parser("show", help="print kernels: isl domains, accesses and loop nests")
+    show.add_argument("model")
+    show.add_argument("--kernel", help="only this kernel (an ONNX node name)")
+    show.add_argument("--llvm", action="store_true", help="also print the optimised LLVM IR")
+    show.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    show.set_defaults(handler=cmd_show)
+    return parser
+
+
+# ---- run -------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from polyonnx.runtime.session import InferenceSession
+
+    start = time.perf_counter()
+    session = InferenceSession(args.model, threads=args.threads)
+    feed = _inputs(session, args)
+    session.compiled_for(session.validate(feed))
+    compile_s = time.perf_counter() - start
+    outputs = session.run(None, feed)
+    names = [o.name for o in session.get_outputs()]
+    reference = _onnxruntime(args.model, feed, args.threads) if args.compare_ort else None
+    print(f"model    {args.model}")
+    print(f"compile  {compile_s * 1e3:.1f} ms")
+    for name, array in feed.items():
+        print(f"input    {name}: {array.dtype} {list(array.shape)}")
+    for i, (name, array) in enumerate(zip(names, outputs, strict=True)):
+        line = f"output   {name}: {array.dtype} {list(array.shape)}"
+        if reference is not None:
+            line += "  " + _error_text(array, reference[i])
+        print(line)
+    latency = _median_latency(lambda: session.run(None, feed), args.repeat)
+    print(f"latency  {latency * 1e3:.3f} ms (median of {args.repeat})")
+    if reference is not None:
+        ort_latency = _median_latency(reference.run_again, args.repeat)
+        print(f"onnxruntime latency  {ort_latency * 1e3:.3f} ms (median of {args.repeat})")
+    return 0
+
+
+def _inputs(session, args: argparse.Namespace) -> dict[str, np.ndarray]:
+    given = dict(_pair(text, "--input") for text in args.input)
+    shapes = {
+        name: [int(d) for d in dims.split(",") if d]
+        for name, dims in (_pair(t, "--shape") for t in args.shape)
+    }
+    rng = np.random.default_rng(args.seed)
+    feed = {}
+    for arg in session.get_inputs():
+        if arg.name in given:
+            feed[arg.name] = np.load(given[arg.name])
+            continue
+        shape = shapes.get(arg.name) or [d if isinstance(d, int) else 1 for d in arg.shape]
+        dtype = session.graph.value(arg.name).dtype
+        feed[arg.name] = _random(rng, dtype, shape)
+    unknown = set(given) - set(feed)
+    if unknown:
+        raise PolyonnxError(f"--input names {sorted(unknown)} are not inputs of the model")
+    return feed
+
+
+def _pair(text: str, flag: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise PolyonnxError(f"{flag} takes NAME=VALUE, got {text!r}")
+    return name, value
+
+
+def _random(rng: np.random.Generator, dtype: str, shape: list[int]) -> np.ndarray:
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if np.issubdtype(np.dtype(dtype), np.integer):
+        return rng.integers(0, 10, size=shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+class _OrtRun(list):
+    run_again: object
+
+
+def _onnxruntime(model: str, feed: dict[str, np.ndarray], threads: int | None) -> _OrtRun:
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise PolyonnxError("--compare-ort needs onnxruntime: pip install onnxruntime") from exc
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    result = _OrtRun(session.run(None, feed))
+    result.run_again = lambda: session.run(None, feed)
+    return result
+
+
+def _error_text(got: np.ndarray, want: np.ndarray) -> str:
+    if got.shape != want.shape:
+        return f"SHAPE MISMATCH vs onnxruntime {list(want.shape)}"
+    if got.size == 0:
+        return "max abs err 0 (empty)"
+    diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    rel = diff / np.maximum(np.abs(want.astype(np.float64)), 1e-30)
+    return f"max abs err {diff.max():.3g}  max rel err {rel.max():.3g} (vs onnxruntime)"
+
+
+def _median_latency(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(max(repeat, 1)):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+# ---- show ------------------------------------------------------------------------------
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from polyonnx.emit.pseudo_c import pseudo_c
+    from polyonnx.krnl.ir import loads
+    from polyonnx.runtime.compiled import compile_program, default_schedules, lower_model
+
+    shapes = {
+        name: [int(d) for d in dims.split(",") if d]
+        for name, dims in (_pair(t, "--shape") for t in args.shape)
+    }
+    program = lower_model(args.model, shapes or None)
+    schedules = default_schedules(program)
+    chosen = [s for s in schedules if args.kernel in (None, s.kernel.name)]
+    if not chosen:
+        known = ", ".join(s.kernel.name for s in schedules)
+        raise PolyonnxError(f"no kernel named {args.kernel!r}; kernels are: {known}")
+    optimized = compile_program(program, schedules).jit.optimized if args.llvm else ""
+    for schedule in chosen:
+        kernel = schedule.kernel
+        print(f"=== kernel {kernel.name} ({kernel.op_type}) ===")
+        for stmt in kernel.statements:
+            reduce = f"  [reduce {stmt.reduce}]" if stmt.reduce else ""
+            print(f"{stmt.name}: domain {stmt.domain}{reduce}")
+            print(f"    write {stmt.write.buffer}: {stmt.write.index}")
+            for load in dict.fromkeys(loads(stmt.expr)):
+                print(f"    read  {load.access.buffer}: {load.access.index}")
+        print("loop nest:")
+        print(_indent(pseudo_c(schedule, dict(program.buffers))))
+        if args.llvm:
+            index = schedules.index(schedule)
+            print("LLVM IR (optimised):")
+            print(_indent(_function_ir(optimized, index, kernel.name)))
+        print()
+    return 0
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+def _function_ir(module_text: str, index: int, name: str) -> str:
+    from polyonnx.emit.module import kernel_symbol
+
+    symbol = kernel_symbol(index, name)
+    lines = module_text.splitlines()
+    for start, line in enumerate(lines):
+        if line.startswith("define") and f"@{symbol}(" in line.replace('"', ""):
+            end = next(i for i in range(start, len(lines)) if lines[i] == "}")
+            return "\n".join(lines[start : end + 1])
+    return f"(kernel function {symbol} was inlined into the entry by the optimiser)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""A scheduled kernel as readable pseudo-C: the loop nest the isl AST describes, with
+loop iterators named after the statement dims they run over and marks as pragmas."""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from polyonnx.emit.astgen import Instance, KernelAst, build_ast
+from polyonnx.krnl.ir import Binary, Buffer, Cast, Const, Expr, Iter, Load, Select, Unary
+from polyonnx.schedule.tree import KernelSchedule
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<",
+          "le": "<=", "gt": ">", "ge": ">=", "and": "&&", "or": "||", "mod": "%",
+          "bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}  # fmt: skip
+_REDUCE = {"add": "+=", "mul": "*="}
+
+
+def pseudo_c(schedule: KernelSchedule, buffers: dict[str, Buffer]) -> str:
+    ast = build_ast(schedule, buffers)
+    lines: list[str] = []
+    _Printer(ast, lines).node(ast.root, 0, {})
+    return "\n".join(lines)
+
+
+class _Printer:
+    def __init__(self, ast: KernelAst, lines: list[str]):
+        self.ast = ast
+        self.lines = lines
+
+    def emit(self, depth: int, text: str) -> None:
+        self.lines.append("  " * depth + text)
+
+    def node(self, node: isl.AstNode, depth: int, names: dict[str, str]) -> None:
+        kind = node.get_type()
+        if kind == isl.ast_node_type.block:
+            kids = node.block_get_children()
+            for i in range(kids.n_ast_node()):
+                self.node(kids.get_at(i), depth, names)
+        elif kind == isl.ast_node_type.for_:
+            self.loop(node, depth, names)
+        elif kind == isl.ast_node_type.if_:
+            self.emit(depth, f"if ({self.expr(node.if_get_cond(), names)}) {{")
+            self.node(node.if_get_then_node(), depth + 1, names)
+            if node.if_has_else_node():
+                self.emit(depth, "} else {")
+                self.node(node.if_get_else_node(), depth + 1, names)
+            self.emit(depth, "}")
+        elif kind == isl.ast_node_type.mark:
+            self.emit(depth, f"#pragma {node.mark_get_id().get_name()}")
+            self.node(node.mark_get_node(), depth, names)
+        elif kind == isl.ast_node_type.user:
+            self.emit(depth, self.statement(self.instance(node), names))
+
+    def loop(self, node: isl.AstNode, depth: int, names: dict[str, str]) -> None:
+        iterator = node.for_get_iterator().get_id().get_name()
+        names = {**names, iterator: self._loop_name(node, iterator, names)}
+        name = names[iterator]
+        init = self.expr(node.for_get_init(), names)
+        cond = self.expr(node.for_get_cond(), names)
+        inc = self.expr(node.for_get_inc(), names)
+        step = f"{name}++" if inc == "1" else f"{name} += {inc}"
+        self.emit(depth, f"for (int {name} = {init}; {cond}; {step})")
+        self.node(node.for_get_body(), depth + 1, names)
+
+    def _loop_name(self, node: isl.AstNode, iterator: str, names: dict[str, str]) -> str:
+        """The statement dim this loop runs over, if its body says so plainly."""
+        taken = set(names.values())
+        for inst in self._instances(node.for_get_body()):
+            for dim, index in inst.dims.items():
+                if _is_id(index.exprs[0], iterator) and dim not in taken:
+                    return dim
+        return iterator
+
+    def _instances(self, node: isl.AstNode) -> list[Instance]:
+        found: list[Instance] = []
+
+        def visit(n: isl.AstNode) -> bool:
+            if n.get_type() == isl.ast_node_type.user:
+                found.append(self.instance(n))
+            return True
+
+        node.foreach_descendant_top_down(visit)
+        return found
+
+    def instance(self, node: isl.AstNode) -> Instance:
+        return self.ast.instances[node.get_annotation().get_name()]
+
+    def statement(self, inst: Instance, names: dict[str, str]) -> str:
+        stmt = inst.stmt
+        target = self.access(inst, stmt.write, names)
+        value = self.value(stmt.expr, inst, names)
+        if stmt.reduce in _REDUCE:
+            return f"{target} {_REDUCE[stmt.reduce]} {value};"
+        if stmt.reduce:
+            return f"{target} = {stmt.reduce}({target}, {value});"
+        return f"{target} = {value};"
+
+    def access(self, inst: Instance, acc, names: dict[str, str]) -> str:
+        index = inst.accesses[acc]
+        subscript = "".join(f"[{self.expr(e, names)}]" for e in index.exprs)
+        return f"{acc.buffer}{subscript}"
+
+    def value(self, expr: Expr, inst: Instance, names: dict[str, str]) -> str:
+        if isinstance(expr, Load):
+            return self.access(inst, expr.access, names)
+        if isinstance(expr, Const):
+            return repr(expr.value)
+        if isinstance(expr, Iter):
+            return self.expr(inst.dims[expr.dim].exprs[0], names)
+        if isinstance(expr, Unary):
+            return f"{expr.op}({self.value(expr.x, inst, names)})"
+        if isinstance(expr, Binary):
+            a, b = self.value(expr.a, inst, names), self.value(expr.b, inst, names)
+            if expr.op in _INFIX:
+                return f"({a} {_INFIX[expr.op]} {b})"
+            return f"{expr.op}({a}, {b})"
+        if isinstance(expr, Select):
+            parts = [self.value(e, inst, names) for e in (expr.cond, expr.a, expr.b)]
+            return f"({parts[0]} ? {parts[1]} : {parts[2]})"
+        if isinstance(expr, Cast):
+            return f"({expr.dtype}){self.value(expr.x, inst, names)}"
+        return repr(expr)
+
+    def expr(self, e: isl.AstExpr, names: dict[str, str]) -> str:
+        kind = e.get_type()
+        if kind == isl.ast_expr_type.int:
+            return str(e.get_val().to_python())
+        if kind == isl.ast_expr_type.id:
+            name = e.get_id().get_name()
+            return names.get(name, name)
+        args = [self.expr(e.op_get_arg(i), names) for i in range(e.op_get_n_arg())]
+        return _ast_op_text(e.op_get_type(), args)
+
+
+def _is_id(expr: isl.AstExpr, name: str) -> bool:
+    return expr.get_type() == isl.ast_expr_type.id and expr.get_id().get_name() == name
+
+
+def _ast_op_text(op, args: list[str]) -> str:
+    t = isl.ast_expr_op_type
+    infix = {t.add: "+", t.sub: "-", t.mul: "*", t.div: "/", t.pdiv_q: "/", t.pdiv_r: "%",
+             t.zdiv_r: "%", t.eq: "==", t.le: "<=", t.lt: "<", t.ge: ">=", t.gt: ">",
+             t.and_: "&&", t.and_then: "&&", t.or_: "||", t.or_else: "||"}  # fmt: skip
+    if op in infix:
+        return f"{args[0]} {infix[op]} {args[1]}" if len(args) == 2 else f"({args[0]})"
+    if op == t.minus:
+        return f"-{args[0]}"
+    if op == t.fdiv_q:
+        return f"floord({args[0]}, {args[1]})"
+    if op in (t.min, t.max):
+        name = "min" if op == t.min else "max"
+        return f"{name}({', '.join(args)})"
+    if op in (t.cond, t.select):
+        return f"({args[0]} ? {args[1]} : {args[2]})"
+    return f"op{op}({', '.join(args)})"
