@@ -115,7 +115,7 @@ class InferenceSession:
                     f"input {name!r}: expected dtype {value.dtype}, given {given.dtype.name}"
                 )
             _check_shape(name, value.shape, given.shape, symbols)
-            feed[name] = np.ascontiguousarray(given)
+            feed[name] = given if given.flags.c_contiguous else np.ascontiguousarray(given)
         return feed
 
     @staticmethod

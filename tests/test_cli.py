@@ -1,0 +1,74 @@
+"""The polyonnx command: run and show as a newcomer types them."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from polyonnx.cli import main
+
+EXAMPLE = str(pathlib.Path(__file__).resolve().parents[1] / "examples" / "mlp.onnx")
+
+
+def test_run_prints_outputs_and_latency(capsys):
+    assert main(["run", EXAMPLE, "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "input    input: float32 [8, 784]" in out
+    assert "output   probs: float32 [8, 10]" in out
+    assert "latency" in out and "median of 2" in out
+
+
+def test_run_compare_ort_reports_small_errors(capsys):
+    pytest.importorskip("onnxruntime")
+    assert main(["run", EXAMPLE, "--repeat", "2", "--compare-ort"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("output   probs"))
+    rel = float(line.split("max rel err ")[1].split()[0])
+    assert rel < 1e-4
+    assert "onnxruntime latency" in out
+
+
+def test_run_with_input_file(tmp_path, capsys):
+    x = np.zeros((8, 784), np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", EXAMPLE, "--input", f"input={tmp_path / 'x.npy'}", "--repeat", "1"]) == 0
+    assert "output   probs" in capsys.readouterr().out
+
+
+def test_run_with_wrong_input_file_is_a_clear_error(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.zeros((8, 783), np.float32))
+    assert main(["run", EXAMPLE, "--input", f"input={tmp_path / 'x.npy'}"]) == 2
+    err = capsys.readouterr().err
+    assert "input 'input'" in err and "784" in err and "783" in err
+
+
+def test_run_missing_model_is_a_clear_error(capsys):
+    assert main(["run", "no/such/model.onnx"]) == 2
+    assert "no/such/model.onnx" in capsys.readouterr().err
+
+
+def test_show_prints_domains_accesses_and_loop_nest(capsys):
+    assert main(["show", EXAMPLE, "--kernel", "fc0"]) == 0
+    out = capsys.readouterr().out
+    assert "=== kernel fc0 (Gemm) ===" in out
+    assert "S1: domain { S1[i, j, k] : 0 <= i < 8 and 0 <= j < 512 and 0 <= k < 784 }" in out
+    assert "read  w0: { S1[i, j, k] -> [k, j] }" in out
+    assert "#pragma vectorize" in out
+    assert "fc0[i][j] += (input[i][k] * w0[k][j]);" in out
+    assert "=== kernel relu0" not in out
+
+
+def test_show_all_kernels_and_llvm(capsys):
+    assert main(["show", EXAMPLE, "--llvm"]) == 0
+    out = capsys.readouterr().out
+    for name in ("fc0", "relu0", "fc1", "relu1", "fc2", "softmax"):
+        assert f"=== kernel {name} " in out
+    assert "<16 x float>" in out and "define" in out
+
+
+def test_show_unknown_kernel_lists_the_known_ones(capsys):
+    assert main(["show", EXAMPLE, "--kernel", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "nope" in err and "fc0" in err and "softmax" in err
