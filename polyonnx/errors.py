@@ -34,6 +34,17 @@ class LoweringError(PolyonnxError):
     """A supported op got attributes or inputs that its lowering cannot handle."""
 
 
+class ValueRequiredError(LoweringError):
+    """Lowering needs the *value* of graph inputs (a Reshape's shape, a Reduce's axes).
+
+    Sessions answer by compiling once per distinct value of those inputs.
+    """
+
+    def __init__(self, inputs: list[str], message: str):
+        self.inputs = list(inputs)
+        super().__init__(message)
+
+
 class InputError(PolyonnxError, ValueError):
     """An input given to a session has the wrong name, dtype, rank or shape."""
 

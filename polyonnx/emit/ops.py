@@ -110,6 +110,12 @@ def _float_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str
         return call_overloaded(b, "minimum", [x, y])
     if op == "fmod":
         return b.frem(x, y)
+    if op == "mod":  # the result takes the divisor's sign, as Python's % does
+        rem = b.frem(x, y)
+        zero = constant(dtype, 0.0, lanes_of(x))
+        differ = b.xor(b.fcmp_ordered("<", rem, zero), b.fcmp_ordered("<", y, zero))
+        fix = b.and_(b.fcmp_ordered("!=", rem, zero), differ)
+        return b.select(fix, _fast(b.fadd(rem, y)), rem)
     if op == "pow":
         return mathfn.emit_pow(b, x, y)
     raise CodegenError(f"binary op {op} is not defined on {dtype}")
@@ -127,10 +133,11 @@ def _bool_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value
 def _int_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
     unsigned = is_unsigned(dtype)
     simple = {"add": b.add, "sub": b.sub, "mul": b.mul, "bitand": b.and_, "bitor": b.or_,
-              "bitxor": b.xor, "and": b.and_, "or": b.or_, "xor": b.xor, "shl": b.shl,
-              "shr": b.lshr if unsigned else b.ashr}  # fmt: skip
+              "bitxor": b.xor, "and": b.and_, "or": b.or_, "xor": b.xor}  # fmt: skip
     if op in simple:
         return simple[op](x, y)
+    if op in ("shl", "shr"):
+        return _shift(b, op, x, y, dtype)
     if op in ("max", "min"):
         prefix = "u" if unsigned else "s"
         return call_overloaded(b, f"{prefix}{op}", [x, y])
@@ -149,6 +156,21 @@ def _int_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str) 
         )
         return b.select(fix, b.add(rem, y), rem)
     raise CodegenError(f"binary op {op} is not defined on {dtype}")
+
+
+def _shift(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
+    """Shifts by any amount: a count outside [0, bits) shifts everything out (0, or the
+    sign for an arithmetic right shift), where LLVM would give poison."""
+    lanes = lanes_of(x)
+    bits = constant(dtype, int(dtype.lstrip("uint")) if dtype != "bool" else 1, lanes)
+    out = b.icmp_unsigned(">=", y, bits)
+    count = b.select(out, constant(dtype, 0, lanes), y)
+    if op == "shl":
+        return b.select(out, constant(dtype, 0, lanes), b.shl(x, count))
+    if is_unsigned(dtype):
+        return b.select(out, constant(dtype, 0, lanes), b.lshr(x, count))
+    sign = b.ashr(x, b.sub(bits, constant(dtype, 1, lanes)))
+    return b.select(out, sign, b.ashr(x, count))
 
 
 def _safe_div(b: ir.IRBuilder, x: ir.Value, y: ir.Value, dtype: str, fn) -> ir.Value:

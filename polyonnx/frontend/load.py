@@ -109,10 +109,13 @@ def load_graph(
     *,
     supported_ops: Collection[str] | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    input_values: Mapping[str, np.ndarray] | None = None,
 ) -> Graph:
     """Load, check, shape-infer and constant-fold ``model`` into an immutable Graph.
 
     ``input_shapes`` pins graph input dims (to specialise models with symbolic dims);
+    ``input_values`` turns graph inputs into constants (to specialise on the values of
+    small inputs that decide shapes or axes, e.g. a Reshape's target shape);
     ``supported_ops`` (op types, ``"domain.Op"`` outside the default domain) makes every
     op left after folding that is not in it fail in one :class:`UnsupportedOpError`.
     Bad ``input_shapes`` (unknown input, wrong rank, clash with a static dim) raise
@@ -122,6 +125,9 @@ def load_graph(
     constants = _initializers(proto.graph)
     inputs = [info for info in proto.graph.input if info.name not in constants]
     inputs = _pin_inputs(inputs, input_shapes or {})
+    pinned = _pin_values(inputs, input_values or {})
+    constants.update(pinned)
+    inputs = [info for info in inputs if info.name not in pinned]
     nodes = _name_nodes(proto.graph.node)
     folded = fold_constants(proto, nodes, constants, inputs)
     if supported_ops is not None:
@@ -149,6 +155,29 @@ def _tensor_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
 def _readonly(array: np.ndarray) -> np.ndarray:
     array.flags.writeable = False
     return array
+
+
+def _pin_values(
+    inputs: Sequence[onnx.ValueInfoProto], values: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Read-only copies of ``values``, checked to name graph inputs of their dtype."""
+    by_name = {info.name: info for info in inputs}
+    unknown = sorted(set(values) - set(by_name))
+    if unknown:
+        raise InputError(
+            f"input_values names {unknown}, which are not graph inputs {sorted(by_name)}"
+        )
+    pinned = {}
+    for name, value in values.items():
+        array = np.array(value)
+        elem = by_name[name].type.tensor_type.elem_type
+        want = helper.tensor_dtype_to_np_dtype(elem) if elem else array.dtype
+        if array.dtype != want:
+            raise InputError(
+                f"input {name!r}: expected dtype {np.dtype(want).name}, given {array.dtype.name}"
+            )
+        pinned[name] = _readonly(array)
+    return pinned
 
 
 def _pin_inputs(

@@ -7,7 +7,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from polyonnx.errors import LoweringError, UnsupportedOpError
+from polyonnx.errors import LoweringError, UnsupportedOpError, ValueRequiredError
 from polyonnx.frontend.graph import Graph, Node
 from polyonnx.krnl import build as kb
 from polyonnx.krnl.ir import DTYPES, Buffer, Expr, Kernel, Program, Statement
@@ -66,6 +66,12 @@ class LowerContext:
 
     def require_constant(self, node: Node, index: int, what: str) -> np.ndarray:
         value = self.constant(node.input(index))
+        if value is None and node.input(index) in {v.name for v in self.graph.inputs}:
+            raise ValueRequiredError(
+                [node.input(index)],
+                f"{node.op_type} node {node.name!r}: input {index} ({what}) is the graph input "
+                f"{node.input(index)!r}; its value is needed to compile",
+            )
         if value is None:
             raise LoweringError(
                 f"{node.op_type} node {node.name!r}: input {index} ({what}) must be a "

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 from polyonnx.emit.target import Target
-from polyonnx.errors import InputError
+from polyonnx.errors import InputError, ValueRequiredError
 from polyonnx.frontend.graph import Dim, Graph, Value
 from polyonnx.frontend.load import load_graph, load_model
 from polyonnx.krnl.lower import supported_ops
@@ -54,10 +54,13 @@ class InferenceSession:
         self._model = load_model(model)
         self.graph: Graph = load_graph(self._model, supported_ops=supported_ops())
         self._compiled: dict[tuple, CompiledModel] = {}
+        self._value_inputs: list[str] = []
+        """Inputs whose values lowering needs (axes, shapes): compiled per value."""
         if self.graph.is_static:
-            self._compiled[self._signature_of(self.graph.inputs)] = compile_graph(
-                self.graph, target
-            )
+            try:
+                self._compiled[self._key({})] = compile_graph(self.graph, target)
+            except ValueRequiredError as exc:
+                self._value_inputs = list(exc.inputs)
 
     # -- onnxruntime's surface -----------------------------------------------------------
 
@@ -85,13 +88,32 @@ class InferenceSession:
     # -- polyonnx ------------------------------------------------------------------------
 
     def compiled_for(self, feed: Mapping[str, np.ndarray]) -> CompiledModel:
-        """The native code for these input shapes, compiled on first use."""
-        key = tuple((name, tuple(arr.shape)) for name, arr in sorted(feed.items()))
-        if key not in self._compiled:
-            shapes = {name: shape for name, shape in key}
-            graph = load_graph(self._model, supported_ops=supported_ops(), input_shapes=shapes)
-            self._compiled[key] = compile_graph(graph, self._target)
+        """The native code for these input shapes (and values of value inputs), compiled on
+        first use and cached."""
+        key = self._key(feed)
+        while key not in self._compiled:
+            shapes = {name: tuple(arr.shape) for name, arr in feed.items()}
+            values = {name: feed[name] for name in self._value_inputs}
+            graph = load_graph(
+                self._model, supported_ops=supported_ops(), input_shapes=shapes, input_values=values
+            )
+            try:
+                self._compiled[key] = compile_graph(graph, self._target)
+            except ValueRequiredError as exc:
+                if set(exc.inputs) <= set(self._value_inputs):
+                    raise
+                self._value_inputs += [n for n in exc.inputs if n not in self._value_inputs]
+                key = self._key(feed)
         return self._compiled[key]
+
+    def _key(self, feed: Mapping[str, np.ndarray]) -> tuple:
+        if not feed:
+            return ("static",)
+        if self.graph.is_static and not self._value_inputs:
+            return ("static",)
+        shapes = tuple((name, tuple(arr.shape)) for name, arr in sorted(feed.items()))
+        values = tuple((n, feed[n].dtype.str, feed[n].tobytes()) for n in self._value_inputs)
+        return (shapes, values)
 
     def validate(self, input_feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Check every input against the model; return C-contiguous arrays."""
@@ -117,10 +139,6 @@ class InferenceSession:
             _check_shape(name, value.shape, given.shape, symbols)
             feed[name] = given if given.flags.c_contiguous else np.ascontiguousarray(given)
         return feed
-
-    @staticmethod
-    def _signature_of(values: Sequence[Value]) -> tuple:
-        return tuple(sorted((v.name, tuple(v.shape)) for v in values))
 
 
 def _check_shape(name: str, shape: tuple[Dim, ...], given: tuple[int, ...], symbols: dict) -> None:

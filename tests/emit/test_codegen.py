@@ -136,3 +136,49 @@ def test_arena_reuses_memory_of_dead_intermediates():
     assert layout.lower_bound_bytes == 2 * one
     x = np.random.default_rng(5).standard_normal((64, 64)).astype(np.float32)
     np.testing.assert_array_equal(compiled.run({"t0": x})["t6"], np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "uint8"])
+def test_shifts_by_out_of_range_counts_shift_everything_out(dtype):
+    bits = np.iinfo(dtype).bits
+    compiled = _compile(
+        [
+            Node("l", "BitShift", ("x", "s"), ("left",), {"direction": "LEFT"}, opset=18),
+            Node("r", "BitShift", ("x", "s"), ("right",), {"direction": "RIGHT"}, opset=18),
+        ],
+        [Value("x", (6,), dtype), Value("s", (6,), dtype)],
+        [Value("left", (6,), dtype), Value("right", (6,), dtype)],
+    )
+    info = np.iinfo(dtype)
+    x = np.array([info.min, -1 if info.min else 200, 4, info.max, 1, 3]).astype(dtype)
+    s = np.array([1, bits, bits + 1, bits - 1, 0, 2]).astype(dtype)
+    out = compiled.run({"x": x, "s": s})
+    wide = x.astype(np.int64)
+    in_range = s.astype(np.int64) < bits
+    want_left = np.where(in_range, (wide << np.minimum(s, bits - 1)).astype(dtype), 0).astype(dtype)
+    sign = np.where(wide < 0, -1, 0)
+    want_right = np.where(in_range, wide >> np.minimum(s, bits - 1), sign).astype(dtype)
+    np.testing.assert_array_equal(out["left"], want_left)
+    np.testing.assert_array_equal(out["right"], want_right)
+
+
+def test_float_mod_takes_the_divisors_sign_and_int_pow_is_exact():
+    compiled = _compile(
+        [
+            Node("m", "Mod", ("a", "b"), ("mod",), opset=17),
+            Node("p", "Pow", ("i", "e"), ("pow",), opset=17),
+        ],
+        [
+            Value("a", (6,), "float32"),
+            Value("b", (6,), "float32"),
+            Value("i", (5,), "int64"),
+            Value("e", (5,), "int64"),
+        ],
+        [Value("mod", (6,), "float32"), Value("pow", (5,), "int64")],
+    )
+    a = np.array([-4.3, 7.2, 5.0, 4.3, -7.2, 8.0], np.float32)
+    b = np.array([2.1, -3.4, 8.0, -2.1, 3.4, 5.0], np.float32)
+    i, e = np.array([2, 3, -3, 7, 10], np.int64), np.array([5, 6, 3, 0, 9], np.int64)
+    out = compiled.run({"a": a, "b": b, "i": i, "e": e})
+    np.testing.assert_allclose(out["mod"], np.mod(a, b), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(out["pow"], i**e)

@@ -143,9 +143,12 @@ def lower_binary(ctx: LowerContext, node: Node) -> None:
 
     def body(xs: list[Expr]) -> Expr:
         a, b = xs
-        if op == "pow" and b.dtype != a.dtype:
-            b = kb.cast(b, a.dtype)
-        return kb.binary(op, a, b)
+        if op != "pow":
+            return kb.binary(op, a, b)
+        if not is_float(a.dtype):  # integer powers, computed exactly enough in float64
+            wide = kb.binary("pow", kb.cast(a, "float64"), kb.cast(b, "float64"))
+            return kb.cast(kb.unary("round", wide), a.dtype)
+        return kb.binary("pow", a, kb.cast(b, a.dtype))
 
     elementwise(ctx, node, node.inputs[:2], body)
 
@@ -161,8 +164,6 @@ def lower_mod(ctx: LowerContext, node: Node) -> None:
     fmod = int(node.attr("fmod", 0))
 
     def body(xs: list[Expr]) -> Expr:
-        if not fmod and is_float(xs[0].dtype):
-            raise LoweringError(f"Mod node {node.name!r}: floating-point Mod needs fmod=1")
         return kb.binary("fmod" if fmod else "mod", *xs)
 
     elementwise(ctx, node, node.inputs[:2], body)

@@ -1,0 +1,92 @@
+"""Sessions specialise on what lowering must know: symbolic dims, and the values of small
+inputs that decide shapes or axes (compiled once per distinct value, then cached)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import polyonnx
+from polyonnx.errors import InputError
+from polyonnx.frontend import load_graph
+
+
+def _model(nodes, inputs, outputs, opset=18):
+    graph = helper.make_graph(nodes, "g", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+def _reduce_with_axes_input():
+    return _model(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 5]),
+            helper.make_tensor_value_info("axes", TensorProto.INT64, [1]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])],
+    )
+
+
+def test_axes_given_as_an_input_are_specialised_per_value():
+    sess = polyonnx.InferenceSession(_reduce_with_axes_input())
+    x = np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32)
+    for axis in (0, 2, -2, 0):
+        (y,) = sess.run(None, {"x": x, "axes": np.array([axis], np.int64)})
+        np.testing.assert_allclose(y, x.sum(axis=axis), rtol=1e-5, atol=1e-6)
+    assert len(sess._compiled) == 3  # axis 0 was compiled once and reused
+
+
+def test_reshape_target_shape_as_an_input():
+    model = _model(
+        [
+            helper.make_node("Reshape", ["x", "shape"], ["r"]),
+            helper.make_node("Relu", ["r"], ["y"]),
+        ],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])],
+    )
+    sess = polyonnx.InferenceSession(model)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6) - 6
+    for target in ([3, 4], [-1, 2]):
+        (y,) = sess.run(None, {"x": x, "shape": np.array(target, np.int64)})
+        np.testing.assert_array_equal(y, np.maximum(x.reshape(target), 0))
+
+
+def test_value_inputs_are_still_validated():
+    sess = polyonnx.InferenceSession(_reduce_with_axes_input())
+    x = np.zeros((3, 4, 5), np.float32)
+    with pytest.raises(InputError, match=r"'axes'.*int64.*int32"):
+        sess.run(None, {"x": x, "axes": np.array([0], np.int32)})
+
+
+def test_load_graph_turns_input_values_into_constants():
+    graph = load_graph(_reduce_with_axes_input(), input_values={"axes": np.array([1], np.int64)})
+    assert [v.name for v in graph.inputs] == ["x"]
+    assert graph.constants["axes"].tolist() == [1]
+    assert graph.value("y").shape == (3, 5)
+
+
+def test_load_graph_refuses_values_for_unknown_inputs():
+    with pytest.raises(InputError, match="nope"):
+        load_graph(_reduce_with_axes_input(), input_values={"nope": np.array([1])})
+
+
+def test_symbolic_batch_compiles_per_shape():
+    model = _model(
+        [helper.make_node("Softmax", ["x"], ["y"], axis=-1)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 7])],
+        opset=17,
+    )
+    sess = polyonnx.InferenceSession(model)
+    assert sess.get_inputs()[0].shape == ["N", 7]
+    for n in (1, 5, 1):
+        x = np.random.default_rng(n).standard_normal((n, 7)).astype(np.float32)
+        (y,) = sess.run(None, {"x": x})
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+    assert len(sess._compiled) == 2
