@@ -44,6 +44,11 @@ class LowerContext:
         self._kernel_names: set[str] = set()
         self._temp_count = 0
         for value in graph.inputs:
+            if value.dtype not in DTYPES:
+                raise LoweringError(
+                    f"graph input {value.name!r} has dtype {value.dtype}, which polyonnx does not "
+                    "support (string, complex and 8-bit float tensors are not lowered)"
+                )
             self.buffers[value.name] = Buffer(value.name, tuple(value.shape), value.dtype)
 
     # -- reading operands ------------------------------------------------------------
@@ -52,7 +57,9 @@ class LowerContext:
         if name in self.buffers:
             return self.buffers[name]
         if name in self.graph.constants:
-            array = np.ascontiguousarray(self.graph.constants[name])
+            array = np.asarray(self.graph.constants[name])
+            if not array.flags.c_contiguous:  # (ascontiguousarray would make 0-d arrays 1-d)
+                array = array.copy(order="C")
             self.constants[name] = array
             self.buffers[name] = Buffer(name, tuple(array.shape), array.dtype.name)
             return self.buffers[name]
@@ -169,6 +176,9 @@ def _place_outputs(ctx: LowerContext) -> None:
     claimed: set[str] = set()
     for value in ctx.graph.outputs:
         name = value.name
+        if name in ctx.graph.constants:
+            ctx.buffer(name)  # registers the constant, which the runtime returns a copy of
+            continue
         if name in external:
             continue
         root = _root(ctx.views, name)

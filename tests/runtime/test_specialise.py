@@ -90,3 +90,27 @@ def test_symbolic_batch_compiles_per_shape():
         e = np.exp(x - x.max(axis=1, keepdims=True))
         np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
     assert len(sess._compiled) == 2
+
+
+def test_outputs_that_fold_to_constants_keep_their_shape():
+    model = _model(
+        [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Size", ["x"], ["size"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+            helper.make_tensor_value_info("size", TensorProto.INT64, []),
+        ],
+    )
+    shape, size = polyonnx.InferenceSession(model).run(None, {"x": np.zeros((3, 4), np.float32)})
+    assert shape.tolist() == [3, 4]
+    assert size.shape == () and int(size) == 12
+
+
+def test_string_inputs_are_refused_with_a_clear_error():
+    model = _model(
+        [helper.make_node("Identity", ["s"], ["t"])],
+        [helper.make_tensor_value_info("s", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("t", TensorProto.STRING, [2])],
+    )
+    with pytest.raises(polyonnx.LoweringError, match="'s' has dtype object"):
+        polyonnx.InferenceSession(model)
