@@ -199,6 +199,9 @@ def cast(b: ir.IRBuilder, x: ir.Value, src: str, dst: str) -> ir.Value:
     if src == "bool":
         return b.uitofp(x, to) if is_float(dst) else b.zext(x, to)
     if is_float(src) and is_float(dst):
+        if "float16" in (src, dst) and "float64" in (src, dst):
+            # via float32: the direct conversion is a compiler-rt call the JIT cannot link
+            return cast(b, cast(b, x, src, "float32"), "float32", dst)
         bits = {"float16": 16, "float32": 32, "float64": 64}
         return b.fpext(x, to) if bits[dst] > bits[src] else b.fptrunc(x, to)
     if is_float(src):

@@ -182,3 +182,19 @@ def test_float_mod_takes_the_divisors_sign_and_int_pow_is_exact():
     out = compiled.run({"a": a, "b": b, "i": i, "e": e})
     np.testing.assert_allclose(out["mod"], np.mod(a, b), rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(out["pow"], i**e)
+
+
+def test_double_to_half_cast_links_and_rounds():
+    # a direct fptrunc double -> half is a compiler-rt call the JIT cannot resolve
+    compiled = _compile(
+        [
+            Node("c", "Cast", ("x",), ("h",), {"to": 10}, opset=17),
+            Node("d", "Cast", ("h",), ("y",), {"to": 11}, opset=17),
+        ],
+        [Value("x", (7,), "float64")],
+        [Value("h", (7,), "float16"), Value("y", (7,), "float64")],
+    )
+    x = np.array([0.5, 1.5, 65504.0, 1e6, -3.14159, 1e-8, np.nan])
+    out = compiled.run({"x": x})
+    np.testing.assert_array_equal(out["h"], x.astype(np.float16))
+    np.testing.assert_array_equal(out["y"], x.astype(np.float16).astype(np.float64))

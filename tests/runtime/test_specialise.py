@@ -114,3 +114,29 @@ def test_string_inputs_are_refused_with_a_clear_error():
     )
     with pytest.raises(polyonnx.LoweringError, match="'s' has dtype object"):
         polyonnx.InferenceSession(model)
+
+
+def _dropout(ratio: float):
+    return _model(
+        [helper.make_node("Dropout", ["x", "ratio", "training"], ["y", "mask"])],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("training", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("mask", TensorProto.BOOL, [2, 3]),
+        ],
+    )
+
+
+def test_training_mode_dropout_is_refused_not_run_as_inference():
+    model = _dropout(0.5)
+    model.graph.initializer.append(helper.make_tensor("ratio", TensorProto.FLOAT, [], [0.5]))
+    sess = polyonnx.InferenceSession(model)
+    x = np.ones((2, 3), np.float32)
+    y, mask = sess.run(None, {"x": x, "training": np.array(False)})
+    np.testing.assert_array_equal(y, x)
+    assert mask.all()
+    with pytest.raises(polyonnx.LoweringError, match="training mode"):
+        sess.run(None, {"x": x, "training": np.array(True)})

@@ -23,7 +23,15 @@ def lower_identity(ctx: LowerContext, node: Node) -> None:
 
 @lowers("Dropout")
 def lower_dropout(ctx: LowerContext, node: Node) -> None:
-    """Inference: the output is the input; the optional mask is all true."""
+    """Inference: the output is the input; the optional mask is all true. Training mode
+    (random masks) is refused rather than silently run as inference."""
+    training = node.input(2) and bool(ctx.require_constant(node, 2, "training_mode").reshape(-1)[0])
+    ratio = float(ctx.require_constant(node, 1, "ratio").reshape(-1)[0]) if node.input(1) else 0.5
+    if training and ratio != 0.0:
+        raise LoweringError(
+            f"Dropout node {node.name!r} runs in training mode (random masks); polyonnx "
+            "compiles inference only"
+        )
     x = ctx.buffer(node.inputs[0])
     ctx.view(node.outputs[0], x.name, x.shape)
     if len(node.outputs) > 1 and node.outputs[1]:
