@@ -27,10 +27,12 @@ from polyonnx.krnl.ir import (
     Expr,
     Iter,
     Load,
+    LoadAt,
     Select,
     Unary,
     reduce_identity,
 )
+from polyonnx.krnl.islutil import row_major_strides
 from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
 
 Env = dict[str, ir.Value]
@@ -264,6 +266,8 @@ class _KernelWalker:
         width = lanes.width if lanes else 1
         if isinstance(expr, Load):
             return self.load(inst, expr.access, expr.dtype, env, lanes)
+        if isinstance(expr, LoadAt):
+            return self.gather(expr, inst, env, lanes)
         if isinstance(expr, Const):
             return constant(expr.dtype, expr.value, width)
         if isinstance(expr, Iter):
@@ -283,6 +287,33 @@ class _KernelWalker:
         if isinstance(expr, Cast):
             return ops.cast(self.b, self.value(expr.x, inst, env, lanes), expr.x.dtype, expr.dtype)
         raise CodegenError(f"cannot emit expression {expr!r}")
+
+    def gather(self, expr: LoadAt, inst: Instance, env: Env, lanes: Lanes | None) -> ir.Value:
+        """A read at computed indices, clamped into the buffer; one load per lane."""
+        shape = self.buffers[expr.buffer].shape
+        offset = None
+        for value, size, stride in zip(expr.index, shape, row_major_strides(shape), strict=True):
+            index = self.value(value, inst, env, lanes)
+            width = lanes.width if lanes else 1
+            index = ops.cast(self.b, index, value.dtype, "int64")
+            low, high = constant("int64", 0, width), constant("int64", max(size - 1, 0), width)
+            index = self.b.select(self.b.icmp_signed("<", index, low), low, index)
+            index = self.b.select(self.b.icmp_signed(">", index, high), high, index)
+            term = self.b.mul(index, constant("int64", stride, width))
+            offset = term if offset is None else self.b.add(offset, term)
+        if offset is None:
+            offset = constant("int64", 0, lanes.width if lanes else 1)
+        etype = memory_type(expr.dtype)
+        pointer = self.pointers[expr.buffer]
+        if lanes is None:
+            address = self.b.gep(pointer, [offset], inbounds=True, source_etype=etype)
+            return self._load_scalar(address, expr.dtype)
+        values = []
+        for lane in range(lanes.width):
+            at = self.b.extract_element(offset, ir.Constant(ir.IntType(32), lane))
+            address = self.b.gep(pointer, [at], inbounds=True, source_etype=etype)
+            values.append(self._load_scalar(address, expr.dtype))
+        return _gather_vector(self.b, values)
 
     def iterator(self, index: Index, env: Env, lanes: Lanes | None) -> ir.Value:
         base = self.expr(index.exprs[0], env)

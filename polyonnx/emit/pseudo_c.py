@@ -6,7 +6,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polyonnx.emit.astgen import Instance, KernelAst, build_ast
-from polyonnx.krnl.ir import Binary, Buffer, Cast, Const, Expr, Iter, Load, Select, Unary
+from polyonnx.krnl.ir import Binary, Buffer, Cast, Const, Expr, Iter, Load, LoadAt, Select, Unary
 from polyonnx.schedule.tree import KernelSchedule
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<",
@@ -103,6 +103,8 @@ class _Printer:
     def value(self, expr: Expr, inst: Instance, names: dict[str, str]) -> str:
         if isinstance(expr, Load):
             return self.access(inst, expr.access, names)
+        if isinstance(expr, LoadAt):
+            return expr.buffer + "".join(f"[{self.value(i, inst, names)}]" for i in expr.index)
         if isinstance(expr, Const):
             return repr(expr.value)
         if isinstance(expr, Iter):

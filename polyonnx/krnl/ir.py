@@ -67,6 +67,17 @@ class Load(Expr):
 
 
 @dataclass(frozen=True)
+class LoadAt(Expr):
+    """A read at computed indices: one int64 expression per buffer dim (Iter, a Load of an
+    index tensor, arithmetic). For data-dependent reads (Gather, Resize); each index is
+    clamped into the buffer, so a bad index can never read out of bounds. Lowerings wrap
+    negative indices themselves where ONNX says so."""
+
+    buffer: str
+    index: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
 class Const(Expr):
     value: float | int | bool
 
@@ -145,7 +156,17 @@ def loads(expr: Expr) -> list[Load]:
     return found
 
 
+def gathers(expr: Expr) -> list[LoadAt]:
+    """Every LoadAt in ``expr``, left to right."""
+    found = [expr] if isinstance(expr, LoadAt) else []
+    for child in children(expr):
+        found.extend(gathers(child))
+    return found
+
+
 def children(expr: Expr) -> tuple[Expr, ...]:
+    if isinstance(expr, LoadAt):
+        return expr.index
     if isinstance(expr, Unary | Cast):
         return (expr.x,)
     if isinstance(expr, Binary):
@@ -186,11 +207,14 @@ class Kernel:
         for stmt in self.statements:
             for load in loads(stmt.expr):
                 names.setdefault(load.access.buffer)
+            for gather in gathers(stmt.expr):
+                names.setdefault(gather.buffer)
             names.setdefault(stmt.write.buffer)
         return tuple(names)
 
     def reads(self) -> frozenset[str]:
-        return frozenset(ld.access.buffer for s in self.statements for ld in loads(s.expr))
+        direct = {ld.access.buffer for s in self.statements for ld in loads(s.expr)}
+        return frozenset(direct | {g.buffer for s in self.statements for g in gathers(s.expr)})
 
     def writes(self) -> frozenset[str]:
         return frozenset(s.write.buffer for s in self.statements)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polyonnx.errors import ScheduleError
-from polyonnx.krnl.ir import Kernel, loads
+from polyonnx.krnl.ir import Kernel, gathers, loads
 from polyonnx.krnl.islutil import dim_names, named_access, parse_set
 from polyonnx.schedule.tree import KernelSchedule, LoopNest, sequence_tree
 
@@ -22,7 +22,8 @@ def original_schedule(kernel: Kernel) -> KernelSchedule:
 
 def access_relations(kernel: Kernel) -> tuple[isl.UnionMap, isl.UnionMap]:
     """(reads, writes) as union maps from statement instances to named buffer elements.
-    A reduction's update reads the element it writes."""
+    A reduction's update reads the element it writes; a computed-index read (LoadAt) may
+    read any element of its buffer."""
     ids = {name: f"B{i}" for i, name in enumerate(kernel.buffers())}
     space = parse_set(kernel.statements[0].domain).get_space().params()
     reads, writes = isl.UnionMap.empty(space), isl.UnionMap.empty(space)
@@ -35,7 +36,14 @@ def access_relations(kernel: Kernel) -> tuple[isl.UnionMap, isl.UnionMap]:
         for load in loads(stmt.expr):
             read = named_access(load.access, ids[load.access.buffer]).intersect_domain(domain)
             reads = reads.union(isl.UnionMap.from_map(read))
+        for gather in gathers(stmt.expr):  # a computed index may read any element
+            whole = _any_element(ids[gather.buffer], len(gather.index))
+            reads = reads.union(isl.UnionMap.from_map(isl.Map.from_domain_and_range(domain, whole)))
     return reads, writes
+
+
+def _any_element(buffer_id: str, rank: int) -> isl.Set:
+    return isl.Set(f"{{ {buffer_id}[{', '.join(f'o{r}' for r in range(rank))}] }}")
 
 
 def dependences(kernel: Kernel) -> isl.UnionMap:
