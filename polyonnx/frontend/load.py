@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 import numpy as np
 import onnx
+import onnx.version_converter
 from onnx import external_data_helper, helper, numpy_helper
 
 from polyonnx.errors import InputError, ModelError, UnsupportedOpError
@@ -38,9 +39,8 @@ def load_model(model: ModelSource) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(model)
-        _check_opset(proto, "the given ModelProto")
         _run_checker(proto, "the given ModelProto")
-        return proto
+        return _check_opset(proto, "the given ModelProto")
     if isinstance(model, bytes | bytearray | memoryview):
         return _load_bytes(bytes(model))
     if isinstance(model, str | os.PathLike):
@@ -56,9 +56,8 @@ def _load_bytes(data: bytes) -> onnx.ModelProto:
         proto = onnx.load_model_from_string(data)
     except Exception as exc:
         raise ModelError(f"{source} are not a valid ONNX protobuf: {exc}") from exc
-    _check_opset(proto, source)
     _run_checker(proto, source)
-    return proto
+    return _check_opset(proto, source)
 
 
 def _load_path(path: str) -> onnx.ModelProto:
@@ -68,7 +67,6 @@ def _load_path(path: str) -> onnx.ModelProto:
         proto = onnx.load(path, load_external_data=False)
     except Exception as exc:
         raise ModelError(f"{path!r} is not a valid ONNX protobuf: {exc}") from exc
-    _check_opset(proto, repr(path))
     _run_checker(path, repr(path))
     base_dir = os.path.dirname(os.path.abspath(path))
     try:
@@ -77,7 +75,7 @@ def _load_path(path: str) -> onnx.ModelProto:
         raise ModelError(
             f"cannot read the external data of {path!r} (from {base_dir!r}): {exc}"
         ) from exc
-    return proto
+    return _check_opset(proto, repr(path))
 
 
 def _run_checker(model: onnx.ModelProto | str, source: str) -> None:
@@ -87,21 +85,27 @@ def _run_checker(model: onnx.ModelProto | str, source: str) -> None:
         raise ModelError(f"{source} fails the ONNX checker: {exc}") from exc
 
 
-def _check_opset(proto: onnx.ModelProto, source: str) -> None:
-    """Reject models outside the opset window polyonnx and this onnx version understand."""
+def _check_opset(proto: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    """Models older than opset 7 are converted with onnx's version converter; models
+    newer than this onnx knows, or with no default-domain opset, are refused."""
     opset = opset_map(proto).get("")
     newest = onnx.defs.onnx_opset_version()
     if opset is None:
         raise ModelError(f"{source} imports no default-domain ONNX opset")
     if opset < OLDEST_OPSET:
-        raise ModelError(
-            f"{source} uses opset {opset}; polyonnx needs opset {OLDEST_OPSET} or newer"
-        )
+        try:
+            return onnx.version_converter.convert_version(proto, OLDEST_OPSET)
+        except Exception as exc:
+            raise ModelError(
+                f"{source} uses opset {opset}; polyonnx needs opset {OLDEST_OPSET} or newer, "
+                f"and onnx's version converter could not convert it: {exc}"
+            ) from exc
     if opset > newest:
         raise ModelError(
             f"{source} uses opset {opset}, newer than the newest onnx {onnx.__version__} defines "
             f"({newest})"
         )
+    return proto
 
 
 def load_graph(
