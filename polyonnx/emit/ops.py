@@ -1,7 +1,8 @@
 """The meaning of each krnl scalar op in LLVM IR, for scalars and vectors alike.
 
-Floats use ``reassoc contract`` fast-math flags (reassociation for SIMD reductions, FMA
-contraction) and keep IEEE NaN/inf semantics: max/min propagate NaN as numpy does.
+Floats carry only the ``contract`` fast-math flag (FMA formation): no reassociation, since
+SIMD reductions are emitted explicitly and reordering multiplies can overflow where numpy
+does not; IEEE NaN/inf semantics are kept: max/min propagate NaN as numpy does.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from polyonnx.emit.llvmtypes import I1, call_overloaded, constant, lanes_of, val
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import is_float, is_unsigned
 
-FAST = ("reassoc", "contract")
+FAST = ("contract",)  # FMA contraction; no reassociation (SIMD reductions are explicit)
 
 _FCMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
@@ -58,6 +59,9 @@ def _float_unary(b: ir.IRBuilder, op: str, x: ir.Value, dtype: str, lanes: int) 
             return b.fcmp_ordered("==", x, b.fneg(inf))
         return b.fcmp_ordered("==", call_overloaded(b, "fabs", [x]), inf)
     if op in mathfn.MATH_OPS:
+        if dtype == "float16":  # no half polynomials: compute in float32, round once
+            wide = mathfn.emit_math(b, op, cast(b, x, "float16", "float32"))
+            return cast(b, wide, "float32", "float16")
         return mathfn.emit_math(b, op, x)
     raise CodegenError(f"unary op {op} is not defined on {dtype}")
 
@@ -117,6 +121,9 @@ def _float_binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str
         fix = b.and_(b.fcmp_ordered("!=", rem, zero), differ)
         return b.select(fix, _fast(b.fadd(rem, y)), rem)
     if op == "pow":
+        if dtype == "float16":
+            wide = mathfn.emit_pow(b, cast(b, x, dtype, "float32"), cast(b, y, dtype, "float32"))
+            return cast(b, wide, "float32", dtype)
         return mathfn.emit_pow(b, x, y)
     raise CodegenError(f"binary op {op} is not defined on {dtype}")
 

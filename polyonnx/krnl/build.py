@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from polyonnx.errors import LoweringError
 from polyonnx.krnl.ir import Access, Binary, Cast, Const, Expr, Load, Select, Unary, is_float
 
 
@@ -37,6 +38,25 @@ def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...]:
             raise ValueError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
+
+
+def normalize_axis(axis: int, rank: int, where: str) -> int:
+    """``axis`` of a rank-``rank`` tensor, given in ``[-rank, rank)``, as an index in
+    ``[0, rank)``; ``where`` (e.g. ``"Softmax node 'sm'"``) names the node in the error."""
+    axis = int(axis)
+    if not -rank <= axis < rank:
+        raise LoweringError(
+            f"{where}: axis {axis} is out of range for rank {rank} (valid: {-rank}..{rank - 1})"
+        )
+    return axis % rank
+
+
+def normalize_axes(axes: Sequence[int], rank: int, where: str) -> list[int]:
+    """Every axis normalised by :func:`normalize_axis`, sorted; repeats are an error."""
+    found = sorted(normalize_axis(a, rank, where) for a in axes)
+    if len(set(found)) != len(found):
+        raise LoweringError(f"{where}: axes {list(axes)} name the same axis twice")
+    return found
 
 
 def dims(prefix: str, rank: int) -> list[str]:

@@ -117,7 +117,7 @@ class Cast(Expr):
 UNARY_OPS = frozenset(
     {
         "neg", "abs", "sqrt", "exp", "log", "tanh", "sigmoid", "erf", "sin", "cos",
-        "floor", "ceil", "round", "sign", "reciprocal", "not", "relu", "softplus",
+        "floor", "ceil", "round", "sign", "reciprocal", "not", "softplus", "expm1", "log1p",
         "isnan", "isinf", "isposinf", "isneginf",
     }
 )  # fmt: skip

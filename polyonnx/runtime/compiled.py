@@ -17,6 +17,7 @@ from polyonnx.frontend.graph import Graph
 from polyonnx.frontend.load import load_graph
 from polyonnx.krnl.ir import Program
 from polyonnx.krnl.lower import lower, supported_ops
+from polyonnx.krnl.verify import check_bounds
 from polyonnx.runtime.memory import ARENA, Layout, plan_memory
 from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.tree import KernelSchedule
@@ -44,6 +45,7 @@ def compile_program(
     program: Program, schedules: Sequence[KernelSchedule], target: Target | None = None
 ) -> CompiledModel:
     target = target or host_target()
+    check_bounds(program)
     layout = plan_memory(program)
     places = {name: (p.slot, p.offset) for name, p in layout.places.items()}
     module = emit_module(schedules, program.buffers, places, target)

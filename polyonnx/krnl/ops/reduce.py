@@ -103,7 +103,7 @@ def reduction_axes(
         if int(node.attr("noop_with_empty_axes", 0)):
             return None
         return tuple(range(rank))
-    return tuple(sorted({int(a) % rank if rank else 0 for a in axes}))
+    return tuple(kb.normalize_axes(axes, rank, f"{node.op_type} node {node.name!r}"))
 
 
 # op_type → (reduce op, per-element transform, finishing transform given count)
@@ -143,18 +143,22 @@ def lower_reduce(ctx: LowerContext, node: Node) -> None:
 
 
 def _logsumexp(ctx: LowerContext, red: Reduction, x: str, out: str, dtype: str) -> list[Statement]:
-    """max-shifted: m = max x; y = log(sum exp(x - m)) + m."""
+    """max-shifted: m = max x; y = log(sum exp(x - m)) + m, where an infinite m shifts by 0
+    (so that an all -inf row gives -inf and a row holding +inf gives +inf, not inf - inf)."""
     m = ctx.temp(out + ".max", red.out_shape, dtype).name
     stmts = red.statements(m, x, dtype, "max", lambda e: e)
-    m_at = kb.load(red.write(m, "S3", True), dtype)
+
+    def shift(m_at: Expr) -> Expr:
+        return kb.select(kb.unary("isinf", m_at, "bool"), kb.const(0, dtype), m_at)
+
+    m_s3 = shift(kb.load(red.write(m, "S3", True), dtype))
     stmts += red.statements(
-        out, x, dtype, "add", lambda e: kb.unary("exp", kb.binary("sub", e, m_at)), 2
+        out, x, dtype, "add", lambda e: kb.unary("exp", kb.binary("sub", e, m_s3)), 2
     )
 
     def finish(y: Expr) -> Expr:
-        m_here = kb.load(red.write(m, "S4", False), dtype)
-        shift = kb.select(kb.unary("isinf", m_here, "bool"), kb.const(0, dtype), m_here)
-        return kb.binary("add", kb.unary("log", y), shift)
+        m_s4 = shift(kb.load(red.write(m, "S4", False), dtype))
+        return kb.binary("add", kb.unary("log", y), m_s4)
 
     stmts.append(red.finish(out, "S4", dtype, finish))
     return stmts

@@ -22,13 +22,13 @@ from polyonnx.krnl.ops.reduce import Reduction
 def lower_softmax(ctx: LowerContext, node: Node) -> None:
     x = ctx.buffer(node.inputs[0])
     rank = len(x.shape)
+    where = f"{node.op_type} node {node.name!r}"
     if node.opset >= 13:
-        axis = int(node.attr("axis", -1)) % max(rank, 1)
-        axes = (axis,)
-    else:
-        axis = int(node.attr("axis", 1)) % max(rank, 1)
-        axes = tuple(range(axis, rank))
-    red = Reduction(x.shape, axes if rank else (), keepdims=True)
+        axes = (kb.normalize_axis(node.attr("axis", -1), rank, where),) if rank else ()
+    else:  # coerced to 2-D at axis: normalise over every trailing dim; axis may be rank
+        axis = int(node.attr("axis", 1))
+        axes = tuple(range(kb.normalize_axis(axis, rank, where), rank)) if axis != rank else ()
+    red = Reduction(x.shape, axes, keepdims=True)
     dt = x.dtype
     out = ctx.output(node.outputs[0], x.shape, dt).name
     m = ctx.temp(out + ".max", red.out_shape, dt).name

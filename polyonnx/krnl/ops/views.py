@@ -56,14 +56,21 @@ def lower_reshape(ctx: LowerContext, node: Node) -> None:
         if known == 0 or total % known:
             raise LoweringError(f"Reshape node {node.name!r}: cannot reshape {x.shape} to {target}")
         shape[shape.index(-1)] = total // known
+    if int(np.prod(shape, dtype=np.int64)) != x.size or any(v < 0 for v in shape):
+        raise LoweringError(f"Reshape node {node.name!r}: cannot reshape {x.shape} to {target}")
     ctx.view(node.outputs[0], x.name, shape)
 
 
 @lowers("Flatten")
 def lower_flatten(ctx: LowerContext, node: Node) -> None:
     x = ctx.buffer(node.inputs[0])
-    axis = int(node.attr("axis", 1))
-    axis = axis + len(x.shape) if axis < 0 else axis
+    axis, rank = int(node.attr("axis", 1)), len(x.shape)
+    if not -rank <= axis <= rank:
+        raise LoweringError(
+            f"Flatten node {node.name!r}: axis {axis} is out of range for rank {rank} "
+            f"(valid: {-rank}..{rank})"
+        )
+    axis = axis + rank if axis < 0 else axis
     lead = int(np.prod(x.shape[:axis], dtype=np.int64))
     ctx.view(node.outputs[0], x.name, (lead, int(np.prod(x.shape[axis:], dtype=np.int64))))
 
@@ -75,7 +82,7 @@ def lower_squeeze(ctx: LowerContext, node: Node) -> None:
     rank = len(x.shape)
     if axes is None:
         axes = [a for a, n in enumerate(x.shape) if n == 1]
-    axes = {a % rank for a in axes}
+    axes = kb.normalize_axes(axes, rank, f"Squeeze node {node.name!r}")
     for a in axes:
         if x.shape[a] != 1:
             raise LoweringError(f"Squeeze node {node.name!r}: dim {a} of {x.shape} is not 1")
@@ -87,7 +94,7 @@ def lower_unsqueeze(ctx: LowerContext, node: Node) -> None:
     x = ctx.buffer(node.inputs[0])
     axes = _axes(ctx, node, 13) or []
     rank = len(x.shape) + len(axes)
-    axes = sorted(a % rank for a in axes)
+    axes = kb.normalize_axes(axes, rank, f"Unsqueeze node {node.name!r}")
     shape = list(x.shape)
     for a in axes:
         shape.insert(a, 1)

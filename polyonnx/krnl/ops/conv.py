@@ -1,0 +1,442 @@
+"""Convolutions: Conv, ConvInteger and ConvTranspose (1-D, 2-D, 3-D, grouped).
+
+A convolution is an init statement and one sum reduction over (n, [g,] m, out spatial..,
+c-in-group, kernel spatial..). Padding is not a padded copy: a tap that falls outside
+the input is simply not in the reduction's domain::
+
+    S0: Y[n, m, o..] = B[m]                                          (or 0)
+    S1: Y[n, g*Mg + m, o..] += X[n, g*Cg + c, s*o + d*k - p ..] * W[g*Mg + m, c, k..]
+        over 0 <= s*o + d*k - p < size                   (for every spatial axis)
+
+ConvTranspose is the same reduction in gather form (no scatter): output ``o`` reads input
+``i = (o + p - d*k) / s`` wherever that is an integer in range, which the domain says with
+an existential (stride) constraint::
+
+    S1: Y[n, g*Mg + m, o..] += X[n, g*Cg + c, (o + p - d*k)/s ..] * W[g*Cg + c, m, k..]
+        over exists e: o + p - d*k = s*e and 0 <= e < size
+
+The group dim ``g`` only appears when ``group > 1``. float16 sums accumulate in a float32
+temp and are rounded once at the end. :class:`Axis` and :func:`window` (the sliding-window
+geometry: auto_pad, pads, strides, dilations, ceil_mode) are shared with the pools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from polyonnx.errors import LoweringError
+from polyonnx.frontend.graph import Node
+from polyonnx.krnl import build as kb
+from polyonnx.krnl.ir import Buffer, Expr, Statement
+from polyonnx.krnl.lower import LowerContext, lowers
+
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+# ---- sliding-window geometry ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One spatial axis of a sliding window: output ``o`` tap ``k`` reads input
+    ``stride*o + dilation*k - pad`` (a convolution or pool); for a transposed convolution,
+    output ``o`` tap ``k`` reads input ``(o + pad - dilation*k) / stride``."""
+
+    size: int
+    kernel: int
+    stride: int
+    dilation: int
+    pad: int
+    pad_end: int
+    out: int
+
+    @property
+    def span(self) -> int:
+        return self.dilation * (self.kernel - 1) + 1
+
+    def tap(self, o: str, k: str) -> str:
+        """The input position output ``o`` reads at tap ``k``, an affine isl expression."""
+        return affine([(self.stride, o), (self.dilation, k)], -self.pad)
+
+    def inside(self, o: str, k: str) -> str:
+        """The constraint that the tap lands in the input (not in the padding)."""
+        return f"0 <= {self.tap(o, k)} < {self.size}"
+
+    def in_padded(self, o: str, k: str) -> str:
+        """The constraint that the tap lands in the input or its explicit padding (not in
+        the extra room ceil_mode adds past the end)."""
+        return f"{-self.pad} <= {self.tap(o, k)} < {self.size + self.pad_end}"
+
+
+def affine(terms: Sequence[tuple[int, str]], offset: int = 0) -> str:
+    """``2*o0 + k0 - 1``: an affine isl expression from (coefficient, dim) terms."""
+    parts = [
+        (coeff < 0, name if abs(coeff) == 1 else f"{abs(coeff)}*{name}")
+        for coeff, name in terms
+        if coeff != 0
+    ]
+    if offset or not parts:
+        parts.append((offset < 0, str(abs(offset))))
+    text = ("-" if parts[0][0] else "") + parts[0][1]
+    for negative, mag in parts[1:]:
+        text += (" - " if negative else " + ") + mag
+    return text
+
+
+def domain(
+    stmt: str,
+    dims: Sequence[str],
+    shape: Sequence[int],
+    constraints: Sequence[str] = (),
+    exists: Sequence[str] = (),
+    exists_constraints: Sequence[str] = (),
+) -> str:
+    """``{ stmt[dims] : box and constraints and exists (e.. : ...) }``."""
+    parts = [f"0 <= {d} < {n}" for d, n in zip(dims, shape, strict=True)] + list(constraints)
+    if exists:
+        parts.append(f"exists ({', '.join(exists)} : {' and '.join(exists_constraints)})")
+    head = f"{stmt}[{', '.join(dims)}]"
+    return f"{{ {head} : {' and '.join(parts)} }}" if parts else f"{{ {head} }}"
+
+
+def ints(node: Node, name: str, count: int, default: int) -> list[int]:
+    """An ints attribute of ``count`` entries (``default`` each when absent)."""
+    value = node.attr(name)
+    if value is None or len(value) == 0:
+        return [default] * count
+    if len(value) != count:
+        raise LoweringError(
+            f"{node.op_type} node {node.name!r}: {name} has {len(value)} entries, expected {count}"
+        )
+    return [int(v) for v in value]
+
+
+def auto_pad(node: Node) -> str:
+    mode = str(node.attr("auto_pad", "NOTSET") or "NOTSET")
+    if mode not in AUTO_PADS:
+        raise LoweringError(f"{node.op_type} node {node.name!r}: unknown auto_pad {mode!r}")
+    return mode
+
+
+def window(
+    node: Node, spatial: Sequence[int], kernel: Sequence[int], ceil_mode: bool = False
+) -> tuple[Axis, ...]:
+    """The sliding window of a Conv or pool node over an input of ``spatial`` extents."""
+    rank = len(spatial)
+    strides = ints(node, "strides", rank, 1)
+    dilations = ints(node, "dilations", rank, 1)
+    pads = ints(node, "pads", 2 * rank, 0)
+    mode = auto_pad(node)
+    if min(strides + dilations + list(kernel), default=1) < 1:
+        raise LoweringError(
+            f"{node.op_type} node {node.name!r}: kernel {list(kernel)}, strides {strides} and "
+            f"dilations {dilations} must be positive"
+        )
+    axes = []
+    for r, (size, k, s, d) in enumerate(zip(spatial, kernel, strides, dilations, strict=True)):
+        span = d * (k - 1) + 1
+        if mode in ("SAME_UPPER", "SAME_LOWER"):
+            out = -(-size // s)
+            total = max(0, (out - 1) * s + span - size)
+            begin = total // 2 if mode == "SAME_UPPER" else total - total // 2
+            end = total - begin
+        else:
+            begin, end = (pads[r], pads[rank + r]) if mode == "NOTSET" else (0, 0)
+            room = size + begin + end - span
+            out = (-(-room // s) if ceil_mode else room // s) + 1
+            if ceil_mode and (out - 1) * s >= size + begin:  # the last window starts in the pad
+                out -= 1
+        if out < 1:
+            raise LoweringError(
+                f"{node.op_type} node {node.name!r}: the window (kernel {k}, dilation {d}) "
+                f"does not fit axis {r + 2} of size {size} with pads ({begin}, {end})"
+            )
+        axes.append(Axis(size, k, s, d, begin, end, out))
+    return tuple(axes)
+
+
+def kernel_shape(node: Node, weights: Sequence[int]) -> tuple[int, ...]:
+    """The kernel's spatial shape: the weights' (the attribute, if given, must agree)."""
+    given = node.attr("kernel_shape")
+    if given is not None and len(given) and tuple(int(k) for k in given) != tuple(weights):
+        raise LoweringError(
+            f"{node.op_type} node {node.name!r}: kernel_shape {list(given)} disagrees with "
+            f"the weights' spatial shape {list(weights)}"
+        )
+    return tuple(int(k) for k in weights)
+
+
+def spatial_input(node: Node, x: Buffer) -> None:
+    if len(x.shape) < 3:
+        raise LoweringError(
+            f"{node.op_type} node {node.name!r}: input must be N x C x D1 x ..., got shape "
+            f"{list(x.shape)}"
+        )
+
+
+def accumulator(ctx: LowerContext, out: Buffer) -> Buffer:
+    """Where a sum into ``out`` accumulates: ``out`` itself, or a float32 temp for float16
+    (the caller rounds it into ``out`` with :func:`round_into`)."""
+    if out.dtype != "float16":
+        return out
+    return ctx.temp(out.name + ".acc", out.shape, "float32")
+
+
+def round_into(out: Buffer, acc: Buffer, stmt: str) -> Statement:
+    """``out = acc`` over ``out``'s shape, cast to ``out``'s dtype."""
+    dims = kb.dims("d", len(out.shape))
+    value = kb.load(kb.access(acc.name, stmt, dims, dims), acc.dtype)
+    return Statement(
+        stmt,
+        kb.box(stmt, dims, out.shape),
+        kb.access(out.name, stmt, dims, dims),
+        kb.cast(value, out.dtype),
+    )
+
+
+# ---- Conv, ConvInteger -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Channels:
+    """The dims and channel indices of a grouped contraction: ``c_in`` input channels
+    per group, ``m_out`` output channels per group."""
+
+    group: int
+    c_in: int
+    m_out: int
+    rank: int
+
+    @property
+    def out_dims(self) -> list[str]:
+        return kb.dims("o", self.rank)
+
+    @property
+    def k_dims(self) -> list[str]:
+        return kb.dims("k", self.rank)
+
+    @property
+    def head(self) -> list[str]:
+        return ["g", "m"] if self.group > 1 else ["m"]
+
+    def dims(self) -> list[str]:
+        return ["n", *self.head, *self.out_dims, "c", *self.k_dims]
+
+    def shape(self, n: int, out: Sequence[int], kernel: Sequence[int]) -> list[int]:
+        head = [self.group, self.m_out] if self.group > 1 else [self.m_out]
+        return [n, *head, *out, self.c_in, *kernel]
+
+    @property
+    def m(self) -> str:
+        """The output channel as an index."""
+        return affine([(self.m_out, "g"), (1, "m")]) if self.group > 1 else "m"
+
+    @property
+    def c(self) -> str:
+        """The input channel as an index."""
+        return affine([(self.c_in, "g"), (1, "c")]) if self.group > 1 else "c"
+
+
+def _group(node: Node, x: Buffer, w: Buffer, transposed: bool) -> Channels:
+    """Check the channel counts of a (transposed) convolution; returns its Channels.
+    Conv weights are [M, C/group, k..]; ConvTranspose weights are [C, M/group, k..]."""
+    group = int(node.attr("group", 1))
+    channels = x.shape[1]
+    w_in, w_out = (w.shape[0], w.shape[1]) if transposed else (w.shape[1], w.shape[0])
+    ok = group >= 1 and channels % group == 0
+    ok = ok and w_in == (channels if transposed else channels // group)
+    ok = ok and (transposed or w_out % group == 0)
+    if not ok:
+        raise LoweringError(
+            f"{node.op_type} node {node.name!r}: {channels} input channels, group {group} "
+            f"and weights of shape {list(w.shape)} do not agree"
+        )
+    m_out = w_out if transposed else w_out // group
+    return Channels(group, channels // group, m_out, len(x.shape) - 2)
+
+
+def _init(ctx: LowerContext, node: Node, acc: Buffer, bias: str) -> Statement:
+    """``S0: acc[n, m, o..] = B[m]`` (or 0)."""
+    dims = ["n", "m", *kb.dims("o", len(acc.shape) - 2)]
+    value: Expr = kb.const(0, acc.dtype)
+    if bias:
+        b = ctx.buffer(bias)
+        if b.shape != (acc.shape[1],):
+            raise LoweringError(
+                f"{node.op_type} node {node.name!r}: bias has shape {list(b.shape)}, "
+                f"expected [{acc.shape[1]}]"
+            )
+        value = kb.cast(kb.load(kb.access(bias, "S0", dims, ["m"]), b.dtype), acc.dtype)
+    return Statement(
+        "S0", kb.box("S0", dims, acc.shape), kb.access(acc.name, "S0", dims, dims), value
+    )
+
+
+@lowers("Conv", "ConvInteger")
+def lower_conv(ctx: LowerContext, node: Node) -> None:
+    x, w = ctx.buffer(node.inputs[0]), ctx.buffer(node.inputs[1])
+    spatial_input(node, x)
+    if len(w.shape) != len(x.shape):
+        raise LoweringError(
+            f"{node.op_type} node {node.name!r}: weights of shape {list(w.shape)} do not "
+            f"match an input of rank {len(x.shape)}"
+        )
+    ch = _group(node, x, w, transposed=False)
+    axes = window(node, x.shape[2:], kernel_shape(node, w.shape[2:]))
+    out_shape = (x.shape[0], w.shape[0], *(a.out for a in axes))
+    integer = node.op_type == "ConvInteger"
+    out = ctx.output(node.outputs[0], out_shape, "int32" if integer else x.dtype)
+    acc = accumulator(ctx, out)
+
+    dims, o, k = ch.dims(), ch.out_dims, ch.k_dims
+    taps = [a.tap(o[r], k[r]) for r, a in enumerate(axes)]
+    xs = kb.load(kb.access(x.name, "S1", dims, ["n", ch.c, *taps]), x.dtype)
+    ws = kb.load(kb.access(w.name, "S1", dims, [ch.m, "c", *k]), w.dtype)
+    if integer:
+        xs, ws = _centred(ctx, node, xs, ws, dims, ch)
+    else:
+        xs, ws = kb.cast(xs, acc.dtype), kb.cast(ws, acc.dtype)
+    update = Statement(
+        "S1",
+        domain(
+            "S1",
+            dims,
+            ch.shape(x.shape[0], out_shape[2:], [a.kernel for a in axes]),
+            [a.inside(o[r], k[r]) for r, a in enumerate(axes)],
+        ),
+        kb.access(acc.name, "S1", dims, ["n", ch.m, *o]),
+        kb.binary("mul", xs, ws),
+        "add",
+    )
+    bias = "" if integer else node.input(2)
+    stmts = [_init(ctx, node, acc, bias), update]
+    if acc is not out:
+        stmts.append(round_into(out, acc, "S2"))
+    ctx.kernel(node, stmts)
+
+
+def _centred(
+    ctx: LowerContext, node: Node, xs: Expr, ws: Expr, dims: list[str], ch: Channels
+) -> tuple[Expr, Expr]:
+    """ConvInteger's ``x - x_zero_point`` and ``w - w_zero_point`` (per output channel or
+    scalar) as int32. A padded tap is not in the domain, i.e. it counts as the zero point."""
+    xs, ws = kb.cast(xs, "int32"), kb.cast(ws, "int32")
+    if node.input(2):
+        xz = ctx.buffer(node.input(2))
+        if xz.size != 1:
+            raise LoweringError(
+                f"ConvInteger node {node.name!r}: x_zero_point must be a scalar, got shape "
+                f"{list(xz.shape)}"
+            )
+        xs = kb.binary("sub", xs, kb.cast(_scalar(ctx, xz, "S1", dims), "int32"))
+    if node.input(3):
+        wz = ctx.buffer(node.input(3))
+        if wz.size == 1:
+            wzp = _scalar(ctx, wz, "S1", dims)
+        elif wz.shape == (ch.m_out * ch.group,):
+            wzp = kb.load(kb.access(wz.name, "S1", dims, [ch.m]), wz.dtype)
+        else:
+            raise LoweringError(
+                f"ConvInteger node {node.name!r}: w_zero_point must be a scalar or have one "
+                f"entry per output channel, got shape {list(wz.shape)}"
+            )
+        ws = kb.binary("sub", ws, kb.cast(wzp, "int32"))
+    return xs, ws
+
+
+def _scalar(ctx: LowerContext, buf: Buffer, stmt: str, dims: list[str]) -> Expr:
+    value = ctx.constant(buf.name)
+    if value is not None:
+        return kb.const(value.reshape(()).item(), buf.dtype)
+    return kb.load(kb.access(buf.name, stmt, dims, ["0"] * len(buf.shape)), buf.dtype)
+
+
+# ---- ConvTranspose -----------------------------------------------------------------------
+
+
+def transpose_window(node: Node, spatial: Sequence[int], kernel: Sequence[int]) -> tuple[Axis, ...]:
+    """The geometry of a ConvTranspose: pads from ``pads``, or generated from
+    ``output_shape`` / auto_pad SAME_* (the odd unit of padding goes at the end for
+    SAME_UPPER, at the start otherwise, as the spec, its conformance cases and
+    onnxruntime agree); ``output_padding`` extends the end. An ``output_shape``
+    larger than the full result extends it at the end (positions only the bias reaches);
+    SAME_* gives ``min(full, input * stride)``, as onnx shape inference and onnxruntime do."""
+    rank = len(spatial)
+    strides = ints(node, "strides", rank, 1)
+    dilations = ints(node, "dilations", rank, 1)
+    extra = ints(node, "output_padding", rank, 0)
+    pads = ints(node, "pads", 2 * rank, 0)
+    mode = auto_pad(node)
+    wanted = node.attr("output_shape")
+    wanted = [int(v) for v in wanted][-rank:] if wanted is not None and len(wanted) else None
+    if wanted is not None and len(wanted) != rank:
+        raise LoweringError(
+            f"ConvTranspose node {node.name!r}: output_shape {list(wanted)} has the wrong rank"
+        )
+    axes = []
+    for r, (size, k, s, d) in enumerate(zip(spatial, kernel, strides, dilations, strict=True)):
+        full = s * (size - 1) + extra[r] + d * (k - 1) + 1
+        if wanted is not None or mode in ("SAME_UPPER", "SAME_LOWER"):
+            out = wanted[r] if wanted is not None else size * s
+            total = max(0, full - out)
+            if wanted is None:
+                out = full - total  # SAME never grows the output past the full result
+            begin = total // 2 if mode == "SAME_UPPER" else total - total // 2
+            end = total - begin
+        else:
+            begin, end = (pads[r], pads[rank + r]) if mode == "NOTSET" else (0, 0)
+            out = full - begin - end
+        if out < 1:
+            raise LoweringError(
+                f"ConvTranspose node {node.name!r}: output axis {r + 2} would have size {out}"
+            )
+        axes.append(Axis(size, k, s, d, begin, end, out))
+    return tuple(axes)
+
+
+@lowers("ConvTranspose")
+def lower_conv_transpose(ctx: LowerContext, node: Node) -> None:
+    x, w = ctx.buffer(node.inputs[0]), ctx.buffer(node.inputs[1])
+    spatial_input(node, x)
+    if len(w.shape) != len(x.shape):
+        raise LoweringError(
+            f"ConvTranspose node {node.name!r}: weights of shape {list(w.shape)} do not match "
+            f"an input of rank {len(x.shape)}"
+        )
+    ch = _group(node, x, w, transposed=True)
+    axes = transpose_window(node, x.shape[2:], kernel_shape(node, w.shape[2:]))
+    out_shape = (x.shape[0], ch.m_out * ch.group, *(a.out for a in axes))
+    out = ctx.output(node.outputs[0], out_shape, x.dtype)
+    acc = accumulator(ctx, out)
+
+    dims, o, k = ch.dims(), ch.out_dims, ch.k_dims
+    index, constraints, exists, exists_constraints = [], [], [], []
+    for r, a in enumerate(axes):
+        source = affine([(1, o[r]), (-a.dilation, k[r])], a.pad)  # = stride * input index
+        if a.stride == 1:
+            index.append(source)
+            constraints.append(f"0 <= {source} < {a.size}")
+            continue
+        index.append(f"floor(({source})/{a.stride})")
+        exists.append(f"e{r}")
+        exists_constraints.append(f"{source} = {a.stride}*e{r} and 0 <= e{r} < {a.size}")
+    xs = kb.load(kb.access(x.name, "S1", dims, ["n", ch.c, *index]), x.dtype)
+    ws = kb.load(kb.access(w.name, "S1", dims, [ch.c, "m", *k]), w.dtype)
+    update = Statement(
+        "S1",
+        domain(
+            "S1",
+            dims,
+            ch.shape(x.shape[0], out_shape[2:], [a.kernel for a in axes]),
+            constraints,
+            exists,
+            exists_constraints,
+        ),
+        kb.access(acc.name, "S1", dims, ["n", ch.m, *o]),
+        kb.binary("mul", kb.cast(xs, acc.dtype), kb.cast(ws, acc.dtype)),
+        "add",
+    )
+    stmts = [_init(ctx, node, acc, node.input(2)), update]
+    if acc is not out:
+        stmts.append(round_into(out, acc, "S2"))
+    ctx.kernel(node, stmts)

@@ -1,0 +1,347 @@
+"""Pool lowerings (polyonnx/krnl/ops/pool.py): MaxPool (+ Indices), AveragePool, LpPool and
+the global pools, in 1-D, 2-D and 3-D with pads, auto_pad, strides, dilations and
+ceil_mode, against a float64 numpy reference that pads explicitly (NaN marks a position
+that is not part of the window)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import polyonnx
+from polyonnx.frontend import load_graph
+from polyonnx.krnl.lower import lower
+from tests.helpers import (
+    MATH_TOL,
+    check_node,
+    fast,
+    node_model,
+    random_array,
+    run_node,
+    seeds,
+    shapes,
+    sum_tol,
+)
+
+# ---- reference ---------------------------------------------------------------------------
+
+
+def geometry(spatial, kernel, strides, dilations, mode, pads, ceil_mode):
+    """(begins, ends, outs) per axis, as the ONNX spec gives them."""
+    rank = len(spatial)
+    begins, ends, outs = [], [], []
+    for r in range(rank):
+        size, k, s, d = spatial[r], kernel[r], strides[r], dilations[r]
+        span = d * (k - 1) + 1
+        if mode in ("SAME_UPPER", "SAME_LOWER"):
+            out = -(-size // s)
+            total = max(0, (out - 1) * s + span - size)
+            begin = total // 2 if mode == "SAME_UPPER" else total - total // 2
+            end = total - begin
+        else:
+            begin, end = (pads[r], pads[rank + r]) if mode == "NOTSET" else (0, 0)
+            room = size + begin + end - span
+            out = (-(-room // s) if ceil_mode else room // s) + 1
+            if ceil_mode and (out - 1) * s >= size + begin:
+                out -= 1
+        begins.append(begin)
+        ends.append(end)
+        outs.append(out)
+    return begins, ends, outs
+
+
+def windows(x, kernel, strides, dilations, begins, ends, outs, include_pad=False):
+    """Every window's taps as a trailing axis (row-major tap order): input values, NaN
+    for taps outside the input (0 for taps in the explicit pads when ``include_pad``),
+    and the row-major flat input index of each tap."""
+    rank = len(kernel)
+    geometry = zip(ends, outs, strides, dilations, kernel, x.shape[2:], begins, strict=True)
+    reach = [max(e, (o - 1) * s + d * (k - 1) + 1 - n - b) for e, o, s, d, k, n, b in geometry]
+    padded = np.full(
+        (*x.shape[:2], *(n + b + r for n, b, r in zip(x.shape[2:], begins, reach, strict=True))),
+        np.nan,
+    )
+    if include_pad:
+        region = tuple(
+            slice(0, n + b + e) for n, b, e in zip(x.shape[2:], begins, ends, strict=True)
+        )
+        padded[(slice(None), slice(None), *region)] = 0.0
+    inner = tuple(slice(b, b + n) for b, n in zip(begins, x.shape[2:], strict=True))
+    padded[(slice(None), slice(None), *inner)] = x.astype(np.float64)
+    flat = np.full(padded.shape, -1, np.int64)
+    flat[(slice(None), slice(None), *inner)] = np.arange(x.size).reshape(x.shape)
+    values, indices = [], []
+    for taps in itertools.product(*(range(k) for k in kernel)):
+        at = tuple(
+            slice(t * d, t * d + (o - 1) * s + 1, s)
+            for t, s, d, o in zip(taps, strides, dilations, outs, strict=True)
+        )
+        values.append(padded[(slice(None), slice(None), *at)])
+        indices.append(flat[(slice(None), slice(None), *at)])
+    assert len(values[0].shape) == rank + 2
+    return np.stack(values, -1), np.stack(indices, -1)
+
+
+@st.composite
+def pool_cases(draw, ceil=True, dilate=True):
+    rank = draw(st.integers(1, 3))
+    kernel = [draw(st.integers(1, 3)) for _ in range(rank)]
+    strides = [draw(st.integers(1, 3)) for _ in range(rank)]
+    dilations = [draw(st.integers(1, 2)) if dilate else 1 for _ in range(rank)]
+    mode = draw(
+        st.sampled_from(["NOTSET", "NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"])
+    )
+    ceil_mode = int(ceil and mode == "NOTSET" and draw(st.booleans()))
+    big = {1: 23, 2: 9, 3: 6}[rank]
+    spatial = [
+        draw(st.integers(d * (k - 1) + 1, big)) for k, d in zip(kernel, dilations, strict=True)
+    ]
+    pads = [draw(st.integers(0, k - 1)) for _ in range(2) for k in kernel]
+    channels = draw(st.sampled_from([1, 2, 3]))
+    x_shape = (draw(st.sampled_from([1, 2])), channels, *spatial)
+    attrs = {"kernel_shape": kernel, "strides": strides, "auto_pad": mode}
+    if dilate:
+        attrs["dilations"] = dilations
+    if ceil_mode:
+        attrs["ceil_mode"] = 1
+    if mode == "NOTSET":
+        attrs["pads"] = pads
+    geo = geometry(spatial, kernel, strides, dilations, mode, pads, ceil_mode)
+    return x_shape, (kernel, strides, dilations, *geo), attrs
+
+
+# ---- MaxPool -------------------------------------------------------------------------------
+
+
+def _column_major(index, shape):
+    """A row-major flat input index as (n*C + c)*size + the column-major spatial index."""
+    size = int(np.prod(shape[2:]))
+    base, spatial = index // size * size, index % size
+    coords = np.unravel_index(spatial, shape[2:])
+    return base + np.ravel_multi_index(coords, shape[2:], order="F")
+
+
+@fast(30)
+@given(case=pool_cases(), storage_order=st.sampled_from([0, 1]), seed=seeds)
+def test_max_pool_with_indices(case, storage_order, seed):
+    x_shape, geo, attrs = case
+    rng = np.random.default_rng(seed)
+    x = random_array(rng, x_shape, np.float32)
+    values, indices = windows(x, *geo)
+    first = np.nanargmax(values, -1)  # the first max in scan order
+    want = np.take_along_axis(values, first[..., None], -1)[..., 0].astype(np.float32)
+    picked = np.take_along_axis(indices, first[..., None], -1)[..., 0]
+    if storage_order:
+        picked = _column_major(picked, x_shape)
+    check_node("MaxPool", [x], [want, picked], storage_order=storage_order, opset=12, **attrs)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.float16, np.float64])
+def test_max_pool_dtypes(dtype):
+    """Integer pools (opset 12) start from the dtype's minimum; ties pick the first index."""
+    rng = np.random.default_rng(1)
+    x = random_array(rng, (1, 2, 7, 6), dtype, 0 if dtype == np.uint8 else -5, 5)
+    geo = (
+        [3, 2],
+        [2, 2],
+        [1, 1],
+        *geometry((7, 6), [3, 2], [2, 2], [1, 1], "NOTSET", [1, 0, 1, 1], 0),
+    )
+    values, indices = windows(x, *geo)
+    first = np.nanargmax(values, -1)
+    want = np.take_along_axis(values, first[..., None], -1)[..., 0].astype(dtype)
+    picked = np.take_along_axis(indices, first[..., None], -1)[..., 0]
+    attrs = {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1]}
+    check_node("MaxPool", [x], [want, picked], opset=12, **attrs)
+
+
+@pytest.mark.parametrize("opset", [7, 8, 10, 22])
+def test_max_pool_opsets(opset):
+    rng = np.random.default_rng(opset)
+    x = random_array(rng, (1, 3, 9, 8), np.float32)
+    geo = (
+        [2, 3],
+        [2, 1],
+        [1, 1],
+        *geometry((9, 8), [2, 3], [2, 1], [1, 1], "NOTSET", [0, 1, 1, 1], 0),
+    )
+    values, _ = windows(x, *geo)
+    want = np.nanmax(values, -1).astype(np.float32)
+    attrs = {"kernel_shape": [2, 3], "strides": [2, 1], "pads": [0, 1, 1, 1]}
+    check_node("MaxPool", [x], want, opset=opset, **attrs)
+
+
+# ---- AveragePool, LpPool -------------------------------------------------------------------
+
+
+@fast(30)
+@given(case=pool_cases(), include_pad=st.sampled_from([0, 1]), seed=seeds)
+def test_average_pool(case, include_pad, seed):
+    x_shape, geo, attrs = case
+    rng = np.random.default_rng(seed)
+    x = random_array(rng, x_shape, np.float32)
+    values, _ = windows(x, *geo, include_pad=bool(include_pad))
+    want = np.nanmean(values, -1).astype(np.float32)
+    tol = sum_tol(values.shape[-1])
+    check_node("AveragePool", [x], want, tol=tol, opset=19, count_include_pad=include_pad, **attrs)
+
+
+@pytest.mark.parametrize("opset", [7, 11])
+def test_average_pool_older_opsets(opset):
+    """Before opset 19 there are no dilations; before 10 no ceil_mode."""
+    rng = np.random.default_rng(opset)
+    x = random_array(rng, (2, 3, 10, 7), np.float32)
+    pads = [1, 1, 0, 2]
+    for include_pad in (0, 1):
+        geo = (
+            [3, 3],
+            [3, 2],
+            [1, 1],
+            *geometry((10, 7), [3, 3], [3, 2], [1, 1], "NOTSET", pads, 0),
+        )
+        values, _ = windows(x, *geo, include_pad=bool(include_pad))
+        want = np.nanmean(values, -1).astype(np.float32)
+        attrs = {"kernel_shape": [3, 3], "strides": [3, 2], "pads": pads}
+        check_node("AveragePool", [x], want, opset=opset, count_include_pad=include_pad, **attrs)
+
+
+def test_average_pool_float16_accumulates_in_float32():
+    rng = np.random.default_rng(2)
+    x = random_array(rng, (1, 2, 12, 12), np.float16, 0, 1)
+    geo = (
+        [5, 5],
+        [1, 1],
+        [1, 1],
+        *geometry((12, 12), [5, 5], [1, 1], [1, 1], "NOTSET", [2] * 4, 0),
+    )
+    values, _ = windows(x, *geo)
+    want = np.nanmean(values, -1).astype(np.float16)
+    check_node(
+        "AveragePool",
+        [x],
+        want,
+        tol={"rtol": 1e-3, "atol": 1e-3},
+        kernel_shape=[5, 5],
+        pads=[2] * 4,
+    )
+
+
+@fast(25)
+@given(case=pool_cases(), p=st.sampled_from([1, 2, 3]), seed=seeds)
+def test_lp_pool(case, p, seed):
+    x_shape, geo, attrs = case
+    rng = np.random.default_rng(seed)
+    x = random_array(rng, x_shape, np.float32, -2, 2)
+    values, _ = windows(x, *geo)
+    want = (np.nansum(np.abs(values) ** p, -1) ** (1.0 / p)).astype(np.float32)
+    tol = {"rtol": 1e-4, "atol": 1e-5 * values.shape[-1]}
+    check_node("LpPool", [x], want, tol=tol, opset=18, p=p, **attrs)
+
+
+def test_lp_pool_opset_11():
+    rng = np.random.default_rng(4)
+    x = random_array(rng, (1, 2, 6, 5), np.float32, -2, 2)
+    geo = (
+        [2, 2],
+        [1, 2],
+        [1, 1],
+        *geometry((6, 5), [2, 2], [1, 2], [1, 1], "NOTSET", [1, 0, 0, 1], 0),
+    )
+    values, _ = windows(x, *geo)
+    want = np.sqrt(np.nansum(values**2, -1)).astype(np.float32)
+    attrs = {"kernel_shape": [2, 2], "strides": [1, 2], "pads": [1, 0, 0, 1]}
+    check_node("LpPool", [x], want, tol=MATH_TOL, opset=11, **attrs)
+
+
+# ---- global pools --------------------------------------------------------------------------
+
+
+@fast(10)
+@given(spatial=shapes(1, 3, max_size=4000), channels=st.sampled_from([1, 3, 16]), seed=seeds)
+def test_global_pools(spatial, channels, seed):
+    rng = np.random.default_rng(seed)
+    x = random_array(rng, (1, channels, *spatial), np.float32, -2, 2)
+    axes = tuple(range(2, x.ndim))
+    x64 = x.astype(np.float64)
+    n = int(np.prod(spatial))
+    check_node("GlobalMaxPool", [x], x.max(axis=axes, keepdims=True))
+    mean = x64.mean(axis=axes, keepdims=True).astype(np.float32)
+    check_node("GlobalAveragePool", [x], mean, tol=sum_tol(n))
+    for p in (1, 2, 3):
+        lp = (np.abs(x64) ** p).sum(axis=axes, keepdims=True) ** (1 / p)
+        tol = {"rtol": 1e-4, "atol": 1e-5 * n}
+        check_node("GlobalLpPool", [x], lp.astype(np.float32), tol=tol, p=p)
+
+
+def test_global_pools_float16_and_int():
+    rng = np.random.default_rng(6)
+    x = random_array(rng, (2, 3, 31, 33), np.float16, 0, 1)
+    mean = x.astype(np.float64).mean(axis=(2, 3), keepdims=True).astype(np.float16)
+    check_node("GlobalAveragePool", [x], mean, tol={"rtol": 1e-3, "atol": 1e-3})
+    check_node("GlobalMaxPool", [x], x.max(axis=(2, 3), keepdims=True))
+
+
+# ---- schedules and errors ------------------------------------------------------------------
+
+
+def test_uniform_windows_divide_by_a_literal():
+    """Without padding every window has k*k taps: no count temp, one kernel of 3 statements."""
+    x = np.zeros((1, 2, 8, 8), np.float32)
+    model, _ = node_model(
+        "AveragePool", [x], [(np.float32, 4)], kernel_shape=[3, 3], strides=[1, 1]
+    )
+    (kernel,) = lower(load_graph(model)).kernels
+    assert len(kernel.statements) == 3
+    assert set(kernel.buffers()) == {"x0", "y0"}
+
+
+def test_max_pool_ignores_padding_even_when_all_negative():
+    """A padded position is not a 0 (or -inf) candidate: it is not in the domain."""
+    x = -np.arange(1, 10, dtype=np.float32).reshape(1, 1, 3, 3)
+    (got,) = run_node("MaxPool", [x], [x], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    want = np.array([[-1, -1, -2], [-1, -1, -2], [-4, -4, -5]], np.float32)
+    np.testing.assert_array_equal(got[0, 0], want)
+
+
+def test_max_pool_nan():
+    """max propagates NaN, as numpy does; its index is the window's first NaN."""
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    x[0, 0, 1, 0] = x[0, 0, 1, 3] = np.nan
+    y, i = run_node("MaxPool", [x], [x, x.astype(np.int64)], kernel_shape=[2, 2], strides=[2, 2])
+    np.testing.assert_array_equal(y[0, 0], [[np.nan, np.nan], [13, 15]])
+    np.testing.assert_array_equal(i[0, 0], [[4, 7], [13, 15]])
+
+
+def _lower(op_type, x, **attrs):
+    model, _ = node_model(op_type, [x], [(np.float32, x.ndim)], **attrs)
+    return lower(load_graph(model))
+
+
+def test_kernel_shape_is_required():
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    model, _ = node_model("MaxPool", [x], [(np.float32, 4)])
+    with pytest.raises((polyonnx.LoweringError, polyonnx.ModelError), match="kernel_shape"):
+        lower(load_graph(model))
+
+
+def test_window_must_fit():
+    x = np.zeros((1, 1, 2, 4), np.float32)
+    with pytest.raises(polyonnx.LoweringError, match=r"'maxpool_node'.*does not fit axis 2"):
+        _lower("MaxPool", x, kernel_shape=[3, 3])
+
+
+def test_average_pool_needs_floats():
+    x = np.zeros((1, 1, 4, 4), np.int32)
+    model, _ = node_model("AveragePool", [x], [(np.int32, 4)], kernel_shape=[2, 2])
+    with pytest.raises((polyonnx.LoweringError, polyonnx.ModelError), match="int32"):
+        lower(load_graph(model))
+
+
+def test_unknown_auto_pad():
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    with pytest.raises((polyonnx.LoweringError, polyonnx.ModelError), match="SAME_MIDDLE"):
+        _lower("MaxPool", x, kernel_shape=[2, 2], auto_pad="SAME_MIDDLE")
