@@ -124,13 +124,20 @@ class _Printer:
         return repr(expr)
 
     def expr(self, e: isl.AstExpr, names: dict[str, str]) -> str:
+        """An isl AST expression as C, parenthesised where a nested operation needs it."""
         kind = e.get_type()
         if kind == isl.ast_expr_type.int:
             return str(e.get_val().to_python())
         if kind == isl.ast_expr_type.id:
             name = e.get_id().get_name()
             return names.get(name, name)
-        args = [self.expr(e.op_get_arg(i), names) for i in range(e.op_get_n_arg())]
+        args = []
+        for i in range(e.op_get_n_arg()):
+            arg = e.op_get_arg(i)
+            text = self.expr(arg, names)
+            if arg.get_type() == isl.ast_expr_type.op and _is_infix(arg.op_get_type()):
+                text = f"({text})"
+            args.append(text)
         return _ast_op_text(e.op_get_type(), args)
 
 
@@ -138,11 +145,20 @@ def _is_id(expr: isl.AstExpr, name: str) -> bool:
     return expr.get_type() == isl.ast_expr_type.id and expr.get_id().get_name() == name
 
 
-def _ast_op_text(op, args: list[str]) -> str:
+def _infix() -> dict:
     t = isl.ast_expr_op_type
-    infix = {t.add: "+", t.sub: "-", t.mul: "*", t.div: "/", t.pdiv_q: "/", t.pdiv_r: "%",
+    return {t.add: "+", t.sub: "-", t.mul: "*", t.div: "/", t.pdiv_q: "/", t.pdiv_r: "%",
              t.zdiv_r: "%", t.eq: "==", t.le: "<=", t.lt: "<", t.ge: ">=", t.gt: ">",
              t.and_: "&&", t.and_then: "&&", t.or_: "||", t.or_else: "||"}  # fmt: skip
+
+
+def _is_infix(op) -> bool:
+    return op in _infix() or op == isl.ast_expr_op_type.minus
+
+
+def _ast_op_text(op, args: list[str]) -> str:
+    t = isl.ast_expr_op_type
+    infix = _infix()
     if op in infix:
         return f"{args[0]} {infix[op]} {args[1]}" if len(args) == 2 else f"({args[0]})"
     if op == t.minus:

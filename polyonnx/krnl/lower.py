@@ -47,7 +47,7 @@ class LowerContext:
             if value.dtype not in DTYPES:
                 raise LoweringError(
                     f"graph input {value.name!r} has dtype {value.dtype}, which polyonnx does not "
-                    "support (string, complex and 8-bit float tensors are not lowered)"
+                    "support yet"
                 )
             self.buffers[value.name] = Buffer(value.name, tuple(value.shape), value.dtype)
 
@@ -69,7 +69,19 @@ class LowerContext:
         """The value of ``name`` if it is a compile-time constant, else None."""
         if name in self.graph.constants:
             return np.asarray(self.graph.constants[name])
-        return None
+        return self.constants.get(name)
+
+    def add_constant(self, name: str, array: np.ndarray) -> Buffer:
+        """Register a constant computed at lowering time (e.g. folded BatchNorm scales) as
+        a new buffer ``name``, stored like the graph's own constants."""
+        if name in self.buffers or name in self.graph.values:
+            raise LoweringError(f"constant {name!r} would shadow an existing tensor")
+        array = np.asarray(array)
+        if not array.flags.c_contiguous:  # (ascontiguousarray would make 0-d arrays 1-d)
+            array = array.copy(order="C")
+        self.constants[name] = array
+        self.buffers[name] = Buffer(name, tuple(array.shape), array.dtype.name)
+        return self.buffers[name]
 
     def require_constant(self, node: Node, index: int, what: str) -> np.ndarray:
         value = self.constant(node.input(index))

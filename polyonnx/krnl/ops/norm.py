@@ -41,19 +41,6 @@ Epilogue = Callable[[Expr, str, list[str]], Expr]
 # ---- shared helpers ------------------------------------------------------------------
 
 
-def add_constant(ctx: LowerContext, name: str, array: np.ndarray) -> Buffer:
-    """Register a constant computed at lowering time as a new buffer ``name``, the way
-    :meth:`LowerContext.buffer` registers graph constants (a candidate LowerContext method)."""
-    if name in ctx.buffers or name in ctx.graph.values:
-        raise LoweringError(f"constant {name!r} would shadow an existing tensor")
-    array = np.asarray(array)
-    if not array.flags.c_contiguous:
-        array = array.copy(order="C")
-    ctx.constants[name] = array
-    ctx.buffers[name] = Buffer(name, tuple(array.shape), array.dtype.name)
-    return ctx.buffers[name]
-
-
 def _float_input(node: Node, x: Buffer) -> None:
     if not is_float(x.dtype):
         raise LoweringError(
@@ -256,8 +243,8 @@ def lower_batchnorm(ctx: LowerContext, node: Node) -> None:
     if all(v is not None for v in values):
         scale, bias, mean, var = (np.asarray(v, np.float64).reshape(pshape) for v in values)
         a = scale / np.sqrt(var + eps)
-        a_name = add_constant(ctx, out + ".bn_scale", a.astype(cd)).name
-        b_name = add_constant(ctx, out + ".bn_shift", (bias - mean * a).astype(cd)).name
+        a_name = ctx.add_constant(out + ".bn_scale", a.astype(cd)).name
+        b_name = ctx.add_constant(out + ".bn_shift", (bias - mean * a).astype(cd)).name
     else:
         a_name, b_name = _batchnorm_factors(ctx, params, pshape, eps, cd, out, stmts)
     s = f"S{len(stmts)}"
