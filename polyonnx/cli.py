@@ -179,7 +179,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if not chosen:
         known = ", ".join(s.kernel.name for s in schedules)
         raise PolyonnxError(f"no kernel named {args.kernel!r}; kernels are: {known}")
-    optimized = compile_program(program, schedules).jit.optimized if args.llvm else ""
+    compiled = compile_program(program, schedules) if args.llvm else None
     for schedule in chosen:
         kernel = schedule.kernel
         print(f"=== kernel {kernel.name} ({kernel.op_type}) ===")
@@ -192,9 +192,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         print("loop nest:")
         print(_indent(pseudo_c(schedule, dict(program.buffers))))
         if args.llvm:
-            index = schedules.index(schedule)
-            print("LLVM IR (optimised):")
-            print(_indent(_function_ir(optimized, index, kernel.name)))
+            symbol = compiled.symbols[schedules.index(schedule)]
+            print(f"LLVM IR (optimised, function {symbol}):")
+            print(_indent(_function_ir(compiled.jit.optimized, symbol)))
         print()
     return 0
 
@@ -203,10 +203,7 @@ def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
 
 
-def _function_ir(module_text: str, index: int, name: str) -> str:
-    from polyonnx.emit.module import kernel_symbol
-
-    symbol = kernel_symbol(index, name)
+def _function_ir(module_text: str, symbol: str) -> str:
     lines = module_text.splitlines()
     for start, line in enumerate(lines):
         if line.startswith("define") and f"@{symbol}(" in line.replace('"', ""):

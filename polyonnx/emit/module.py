@@ -11,6 +11,7 @@ from llvmlite import ir
 from polyonnx.emit.codegen import emit_kernel
 from polyonnx.emit.llvmtypes import I64, PTR
 from polyonnx.emit.target import Target
+from polyonnx.krnl.canon import structural_key
 from polyonnx.krnl.ir import Buffer
 from polyonnx.schedule.tree import KernelSchedule
 
@@ -27,15 +28,20 @@ def emit_module(
     buffers: Mapping[str, Buffer],
     places: Mapping[str, tuple[int, int]],
     target: Target,
-) -> ir.Module:
-    """``places`` maps each buffer to (slot index, byte offset)."""
+) -> tuple[ir.Module, list[str]]:
+    """``places`` maps each buffer to (slot index, byte offset). Returns the module and,
+    per kernel, the symbol of the function it calls: structurally identical kernels (same
+    statements, shapes, dtypes and schedule; other tensors) share one function."""
     module = ir.Module("polyonnx")
     module.triple = target.triple
     width = target.lanes(4)
-    kernels = [
-        emit_kernel(module, kernel_symbol(i, s.kernel.name), s, buffers, width)
-        for i, s in enumerate(schedules)
-    ]
+    shared: dict[str, ir.Function] = {}
+    kernels = []
+    for i, s in enumerate(schedules):
+        key = structural_key(s.kernel, buffers, s.tree)
+        if key not in shared:
+            shared[key] = emit_kernel(module, kernel_symbol(i, s.kernel.name), s, buffers, width)
+        kernels.append(shared[key])
     entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), ENTRY)
     b = ir.IRBuilder(entry.append_basic_block("entry"))
     slots = entry.args[0]
@@ -55,4 +61,4 @@ def emit_module(
             args.append(pointers[place])
         b.call(fn, args)
     b.ret_void()
-    return module
+    return module, [fn.name for fn in kernels]

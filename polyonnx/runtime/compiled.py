@@ -48,8 +48,10 @@ def compile_program(
     check_bounds(program)
     layout = plan_memory(program)
     places = {name: (p.slot, p.offset) for name, p in layout.places.items()}
-    module = emit_module(schedules, program.buffers, places, target)
-    return CompiledModel(program, tuple(schedules), layout, JitModule(module, target))
+    module, symbols = emit_module(schedules, program.buffers, places, target)
+    return CompiledModel(
+        program, tuple(schedules), layout, JitModule(module, target), tuple(symbols)
+    )
 
 
 @dataclass
@@ -60,6 +62,8 @@ class CompiledModel:
     schedules: tuple[KernelSchedule, ...]
     layout: Layout
     jit: JitModule
+    symbols: tuple[str, ...]
+    """Per kernel, the LLVM function it runs (identical kernels share one)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:

@@ -198,3 +198,30 @@ def test_double_to_half_cast_links_and_rounds():
     out = compiled.run({"x": x})
     np.testing.assert_array_equal(out["h"], x.astype(np.float16))
     np.testing.assert_array_equal(out["y"], x.astype(np.float16).astype(np.float64))
+
+
+def test_identical_kernels_share_one_function():
+    """Kernels that differ only in tensor names (repeated blocks) compile once."""
+    nodes = [
+        Node("r1", "Relu", ("x",), ("a",), opset=17),
+        Node("r2", "Relu", ("a",), ("b",), opset=17),
+        Node("s", "Sigmoid", ("b",), ("c",), opset=17),
+        Node("r3", "Relu", ("c",), ("y",), opset=17),
+    ]
+    compiled = _compile(nodes, [Value("x", (3, 40), "float32")], [Value("y", (3, 40), "float32")])
+    symbols = compiled.symbols
+    assert symbols[0] == symbols[1] == symbols[3] != symbols[2]
+    assert compiled.jit.source.count('define void @"k') == 2
+    x = np.random.default_rng(6).standard_normal((3, 40)).astype(np.float32)
+    want = np.maximum(1 / (1 + np.exp(-np.maximum(x, 0))), 0)
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], want, rtol=1e-6)
+
+
+def test_same_op_on_other_shapes_gets_its_own_function():
+    nodes = [
+        Node("r1", "Relu", ("x",), ("a",), opset=17),
+        Node("f", "Flatten", ("a",), ("b",), {"axis": 0}, opset=17),
+        Node("r2", "Relu", ("b",), ("y",), opset=17),
+    ]
+    compiled = _compile(nodes, [Value("x", (3, 40), "float32")], [Value("y", (1, 120), "float32")])
+    assert compiled.symbols[0] != compiled.symbols[1]
