@@ -10,7 +10,9 @@ from polyonnx.errors import (
     TuningError,
     UnsupportedOpError,
 )
+from polyonnx.program import Program, load
 from polyonnx.runtime.session import InferenceSession
+from polyonnx.schedule.schedule import Loop, Schedule
 
 __version__ = "0.1.0"
 
@@ -18,11 +20,15 @@ __all__ = [
     "CodegenError",
     "InferenceSession",
     "InputError",
+    "Loop",
     "LoweringError",
     "ModelError",
     "PolyonnxError",
+    "Program",
+    "Schedule",
     "ScheduleError",
     "TuningError",
     "UnsupportedOpError",
     "__version__",
+    "load",
 ]

@@ -15,17 +15,19 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!="
 _REDUCE = {"add": "+=", "mul": "*="}
 
 
-def pseudo_c(schedule: KernelSchedule, buffers: dict[str, Buffer]) -> str:
+def pseudo_c(schedule: KernelSchedule, buffers: dict[str, Buffer], state=None) -> str:
+    """``state`` (a schedule.state.State), when given, names loops after its loop names."""
     ast = build_ast(schedule, buffers)
     lines: list[str] = []
-    _Printer(ast, lines).node(ast.root, 0, {})
+    _Printer(ast, lines, state).node(ast.root, 0, {})
     return "\n".join(lines)
 
 
 class _Printer:
-    def __init__(self, ast: KernelAst, lines: list[str]):
+    def __init__(self, ast: KernelAst, lines: list[str], state=None):
         self.ast = ast
         self.lines = lines
+        self.state = state
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("  " * depth + text)
@@ -63,13 +65,27 @@ class _Printer:
         self.node(node.for_get_body(), depth + 1, names)
 
     def _loop_name(self, node: isl.AstNode, iterator: str, names: dict[str, str]) -> str:
-        """The statement dim this loop runs over, if its body says so plainly."""
+        """The schedule's name for this loop, or the statement dim it runs over."""
         taken = set(names.values())
+        named = self._state_name(node, iterator)
+        if named is not None and named not in taken:
+            return named
         for inst in self._instances(node.for_get_body()):
             for dim, index in inst.dims.items():
                 if _is_id(index.exprs[0], iterator) and dim not in taken:
                     return dim
         return iterator
+
+    def _state_name(self, node: isl.AstNode, iterator: str) -> str | None:
+        """Iterator cK is member K of the statement's nest (bands nest in loop order)."""
+        if self.state is None or not iterator[1:].isdigit():
+            return None
+        position = int(iterator[1:])
+        for inst in self._instances(node.for_get_body()):
+            nest = next(n for n in self.state.nests if n.statement == inst.stmt.name)
+            if position < len(nest.loops):
+                return nest.loops[position].name
+        return None
 
     def _instances(self, node: isl.AstNode) -> list[Instance]:
         found: list[Instance] = []

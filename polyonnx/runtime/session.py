@@ -19,7 +19,7 @@ from polyonnx.errors import InputError, ValueRequiredError
 from polyonnx.frontend.graph import Dim, Graph, Value
 from polyonnx.frontend.load import load_graph, load_model
 from polyonnx.krnl.lower import supported_ops
-from polyonnx.runtime.compiled import CompiledModel, compile_graph
+from polyonnx.runtime.compiled import CompiledModel, compile_graph, compile_program
 
 ORT_TYPES = {"float32": "float", "float64": "double"}
 
@@ -51,11 +51,17 @@ class InferenceSession:
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         self.threads = threads or os.cpu_count() or 1
         self._target = target
-        self._model = load_model(model)
-        self.graph: Graph = load_graph(self._model, supported_ops=supported_ops())
         self._compiled: dict[tuple, CompiledModel] = {}
         self._value_inputs: list[str] = []
         """Inputs whose values lowering needs (axes, shapes): compiled per value."""
+        if _is_program(model):  # a polyonnx.Program with scripted schedules
+            self.graph = model.graph
+            self._model = None
+            compiled = compile_program(model.lowered, model.kernel_schedules(), target)
+            self._compiled[self._key({})] = compiled
+            return
+        self._model = load_model(model)
+        self.graph: Graph = load_graph(self._model, supported_ops=supported_ops())
         if self.graph.is_static:
             try:
                 self._compiled[self._key({})] = compile_graph(self.graph, target)
@@ -139,6 +145,12 @@ class InferenceSession:
             _check_shape(name, value.shape, given.shape, symbols)
             feed[name] = given if given.flags.c_contiguous else np.ascontiguousarray(given)
         return feed
+
+
+def _is_program(model: object) -> bool:
+    from polyonnx.program import Program
+
+    return isinstance(model, Program)
 
 
 def _check_shape(name: str, shape: tuple[Dim, ...], given: tuple[int, ...], symbols: dict) -> None:

@@ -70,16 +70,20 @@ def check_legal(schedule: KernelSchedule, deps: isl.UnionMap | None = None) -> N
     bad = violations(schedule, deps)
     if bad.is_empty():
         return
-    pair = bad.sample()
+    pair = bad
     raise ScheduleError(
         f"kernel {schedule.kernel.name!r}: the schedule breaks a dependence: "
         f"{describe_pair(pair)} must run in its original order"
     )
 
 
-def describe_pair(pair: isl.BasicMap) -> str:
-    """``S0[i=0, j=1] before S1[i=0, j=1, k=0]`` for a one-point relation."""
-    point = pair.wrap().sample_point()
+def describe_pair(pairs: isl.Map | isl.BasicMap | isl.UnionMap) -> str:
+    """``S0[i=0, j=1] before S1[i=0, j=1, k=0]``: the lexicographically first pair of a
+    (non-empty) dependence relation, so the example is stable and as small as it gets."""
+    if isinstance(pairs, isl.UnionMap):
+        pairs = pairs.sample()
+    pair = isl.Map.from_basic_map(pairs) if isinstance(pairs, isl.BasicMap) else pairs
+    point = pair.wrap().lexmin().sample_point()
     n_in, n_out = pair.dim(isl.dim_type.in_), pair.dim(isl.dim_type.out)
     coords = [
         int(point.get_coordinate_val(isl.dim_type.set, d).to_python()) for d in range(n_in + n_out)

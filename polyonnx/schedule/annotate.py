@@ -1,0 +1,80 @@
+"""Marks: vectorize, unroll and parallel. Each checks its preconditions and returns a
+new state, or raises ScheduleError saying why not and what would work.
+
+- vectorize(loop): the loop is innermost wherever it appears, and carries no dependence
+  except a reduction's own chain (summed in SIMD lanes, reassociated as with fast-math).
+- unroll(loop): full unroll of a loop of at most MAX_UNROLL iterations (use a factor for
+  longer loops: split, then unroll the inner loop).
+- parallel(loop): the loop carries no dependence at all; one parallel loop per nest.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from polyonnx.errors import ScheduleError
+from polyonnx.schedule.legality import carried
+from polyonnx.schedule.state import PARALLEL, UNROLL, State, time_map
+from polyonnx.schedule.tree import VECTORIZE
+
+MAX_UNROLL = 64
+
+
+def vectorize(state: State, deps: isl.UnionMap, loop: str) -> State:
+    for nest in state.nests_with(loop):
+        if nest.names()[-1] != loop:
+            raise ScheduleError(
+                f"vectorize({loop}): {loop} is not the innermost loop of {nest.statement} "
+                f"(loops {', '.join(nest.names())}); reorder it innermost first"
+            )
+    blocking = [c for c in carried(state, deps, loop) if not c.reduction_only]
+    if blocking:
+        raise ScheduleError(
+            f"vectorize({loop}): {loop} carries a dependence of {blocking[0].statement} "
+            f"({blocking[0].pair}), so its iterations cannot run side by side"
+        )
+    return state.with_mark(loop, VECTORIZE)
+
+
+def unroll(state: State, loop: str) -> State:
+    for nest in state.nests_with(loop):
+        stmt = state.statement(nest.statement)
+        extent = _extent(time_map(stmt, nest), nest.position(loop))
+        if extent > MAX_UNROLL:
+            raise ScheduleError(
+                f"unroll({loop}): {loop} runs {extent} iterations in {stmt.name}; a full "
+                f"unroll is limited to {MAX_UNROLL}: give a factor, unroll({loop}, 4)"
+            )
+    return state.with_mark(loop, UNROLL)
+
+
+def parallel(state: State, deps: isl.UnionMap, loop: str) -> State:
+    for nest in state.nests_with(loop):
+        others = [n for n in nest.names() if n != loop and state.marked(n, PARALLEL)]
+        if others:
+            raise ScheduleError(
+                f"parallel({loop}): {nest.statement} already runs {others[0]} in parallel; "
+                "nested parallel loops are not supported"
+            )
+    blocking = carried(state, deps, loop)
+    if blocking:
+        first = blocking[0]
+        nest = next(n for n in state.nests if n.statement == first.statement)
+        free = [n for n in nest.names() if n != loop and not carried(state, deps, n)]
+        what = "a reduction" if first.reduction_only else "a dependence"
+        hint = f"parallelise {' or '.join(free)}" if free else "no loop of it is parallel"
+        if first.reduction_only:
+            hint += f", or split {loop} and reduce the partial sums"
+        raise ScheduleError(
+            f"parallel({loop}): {loop} carries {what} in {first.statement} ({first.pair}): {hint}"
+        )
+    return state.with_mark(loop, PARALLEL)
+
+
+def _extent(times: isl.Map, position: int) -> int:
+    values = times.range()
+    if values.is_empty():
+        return 0
+    lo = values.dim_min_val(position).to_python()
+    hi = values.dim_max_val(position).to_python()
+    return int(hi - lo + 1)

@@ -1,0 +1,169 @@
+"""The schedule scripting API: loop handles and primitives with exact, explained legality.
+
+    s = prog.schedule("mm")
+    i, j, k = s.loops
+    io, ii = s.split(i, 32)
+    s.reorder(io, k, ii, j)
+    s.vectorize(j)
+    print(s)              # the loop nest as pseudo-C
+    s.trace               # the steps, as JSON-able data, replayable with s.apply(trace)
+
+Every primitive computes a new state, checks it against the kernel's dependences (isl),
+and only then replaces the schedule's state; an illegal step raises ScheduleError and
+leaves the schedule as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import islpy as isl
+
+from polyonnx.errors import ScheduleError
+from polyonnx.krnl.ir import Buffer, Kernel
+from polyonnx.schedule import annotate
+from polyonnx.schedule.deps import dependences
+from polyonnx.schedule.legality import broken_order
+from polyonnx.schedule.reorder import reorder as reorder_loops
+from polyonnx.schedule.split import split as split_loop
+from polyonnx.schedule.state import State
+from polyonnx.schedule.tree import KernelSchedule
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A handle on a loop of a schedule, by name."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+LoopArg = Loop | str
+
+
+class Schedule:
+    def __init__(self, kernel: Kernel, buffers: Mapping[str, Buffer], state: State | None = None):
+        self.kernel = kernel
+        self.buffers = dict(buffers)
+        self.state = state or State.original(kernel)
+        self._trace: list[dict[str, Any]] = []
+
+    # ---- reading ------------------------------------------------------------------------
+
+    @property
+    def loops(self) -> tuple[Loop, ...]:
+        """The loops of the kernel's main statement (its last, widest one), outermost first."""
+        widest = max(self.state.nests, key=lambda n: (len(n.loops), self.state.nests.index(n)))
+        return tuple(Loop(name) for name in widest.names())
+
+    @property
+    def trace(self) -> list[dict[str, Any]]:
+        return [dict(step) for step in self._trace]
+
+    def kernel_schedule(self) -> KernelSchedule:
+        return self.state.to_kernel_schedule()
+
+    def __str__(self) -> str:
+        from polyonnx.emit.pseudo_c import pseudo_c
+
+        return pseudo_c(self.kernel_schedule(), self.buffers, self.state)
+
+    @cached_property
+    def deps(self) -> isl.UnionMap:
+        return dependences(self.kernel)
+
+    # ---- primitives ---------------------------------------------------------------------
+
+    def split(self, loop: LoopArg, factor: int) -> tuple[Loop, Loop]:
+        name = self._name(loop, "split")
+        state, outer, inner = split_loop(self.state, name, factor)
+        self._commit(state, "split", name, {"loop": name, "factor": factor})
+        return Loop(outer), Loop(inner)
+
+    def tile(self, *loops: LoopArg, sizes: Sequence[int]) -> tuple[Loop, ...]:
+        """Split each loop by its size, then order all outer loops before all inner ones."""
+        names = [self._name(loop, "tile") for loop in loops]
+        if len(sizes) != len(names):
+            raise ScheduleError(f"tile({', '.join(names)}): give one size per loop, got {sizes}")
+        state, outers, inners = self.state, [], []
+        for name, size in zip(names, sizes, strict=True):
+            state, outer, inner = split_loop(state, name, size)
+            outers.append(outer)
+            inners.append(inner)
+        state = reorder_loops(state, [*outers, *inners])
+        self._commit(state, "tile", ", ".join(names), {"loops": names, "sizes": list(sizes)})
+        return tuple(Loop(n) for n in [*outers, *inners])
+
+    def reorder(self, *loops: LoopArg) -> None:
+        names = [self._name(loop, "reorder") for loop in loops]
+        state = reorder_loops(self.state, names)
+        self._commit(state, "reorder", ", ".join(names), {"loops": names})
+
+    def vectorize(self, loop: LoopArg) -> None:
+        name = self._name(loop, "vectorize")
+        self._commit(
+            annotate.vectorize(self.state, self.deps, name), "vectorize", name, {"loop": name}
+        )
+
+    def unroll(self, loop: LoopArg, factor: int | None = None) -> None:
+        """Unroll fully, or by ``factor`` (split, then unroll the inner loop)."""
+        name = self._name(loop, "unroll")
+        state = self.state
+        target = name
+        if factor is not None:
+            state, _, target = split_loop(state, name, factor)
+        state = annotate.unroll(state, target)
+        self._commit(state, "unroll", name, {"loop": name, "factor": factor})
+
+    def parallel(self, loop: LoopArg) -> None:
+        name = self._name(loop, "parallel")
+        self._commit(
+            annotate.parallel(self.state, self.deps, name), "parallel", name, {"loop": name}
+        )
+
+    # ---- traces -------------------------------------------------------------------------
+
+    def apply(self, trace: Sequence[Mapping[str, Any]]) -> None:
+        """Replay the steps of a trace (from ``s.trace``) on this schedule."""
+        for step in trace:
+            args = dict(step["args"])
+            primitive = step["primitive"]
+            if primitive == "split":
+                self.split(args["loop"], args["factor"])
+            elif primitive == "tile":
+                self.tile(*args["loops"], sizes=args["sizes"])
+            elif primitive == "reorder":
+                self.reorder(*args["loops"])
+            elif primitive == "unroll":
+                self.unroll(args["loop"], args.get("factor"))
+            elif primitive in ("vectorize", "parallel"):
+                getattr(self, primitive)(args["loop"])
+            else:
+                raise ScheduleError(f"unknown primitive {primitive!r} in trace step {step}")
+
+    # ---- internals ----------------------------------------------------------------------
+
+    def _name(self, loop: LoopArg, primitive: str) -> str:
+        name = loop.name if isinstance(loop, Loop) else str(loop)
+        if name not in self.state.loop_names():
+            known = ", ".join(self.state.loop_names())
+            raise ScheduleError(
+                f"{primitive}({name}): kernel {self.kernel.name!r} has no loop {name!r}; "
+                f"its loops are {known}"
+            )
+        return name
+
+    def _commit(self, state: State, primitive: str, loop: str, args: dict[str, Any]) -> None:
+        broken = broken_order(state, self.deps)
+        if broken is not None:
+            raise ScheduleError(
+                f"{primitive}({loop}) on kernel {self.kernel.name!r} would break a dependence: "
+                f"{broken} must stay in that order. The loop nest stays:\n{self}"
+            )
+        self.state = state
+        self._trace.append({"kernel": self.kernel.name, "primitive": primitive, "args": args})

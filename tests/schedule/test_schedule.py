@@ -1,0 +1,168 @@
+"""The schedule scripting API: random sequences of primitives are either refused with a
+ScheduleError or compile to a kernel whose output equals the default schedule's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+import polyonnx as po
+from polyonnx.errors import ScheduleError
+from tests.helpers import fast
+
+FACTORS = [1, 2, 3, 5, 7, 16, 32]
+
+
+def _model(nodes, inputs, outputs, inits=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def _f(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _cases():
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((3, 2, 3, 3)).astype(np.float32), "w")
+    return {
+        "matmul": (_model([helper.make_node("MatMul", ["x", "b"], ["y"], name="k")],
+                          [_f("x", [13, 11]), _f("b", [11, 17])], [_f("y", [13, 17])]),
+                   {"x": (13, 11), "b": (11, 17)}),
+        "conv": (_model([helper.make_node("Conv", ["x", "w"], ["y"], name="k", pads=[1, 1, 1, 1])],
+                        [_f("x", [1, 2, 7, 9])], [_f("y", [1, 3, 7, 9])], [w]),
+                 {"x": (1, 2, 7, 9)}),
+        "softmax": (_model([helper.make_node("Softmax", ["x"], ["y"], name="k")],
+                           [_f("x", [6, 19])], [_f("y", [6, 19])]),
+                    {"x": (6, 19)}),
+        "reduce": (_model([helper.make_node("ReduceMax", ["x"], ["y"], name="k", axes=[1],
+                                            keepdims=0)],
+                          [_f("x", [9, 23])], [_f("y", [9])]),
+                   {"x": (9, 23)}),
+        "elementwise": (_model([helper.make_node("Add", ["x", "z"], ["y"], name="k")],
+                               [_f("x", [5, 37]), _f("z", [37])], [_f("y", [5, 37])]),
+                        {"x": (5, 37), "z": (37,)}),
+    }  # fmt: skip
+
+
+CASES = _cases()
+
+
+@st.composite
+def steps(draw, max_steps=5):
+    return [
+        (draw(st.sampled_from(["split", "reorder", "vectorize", "unroll", "tile"])),
+         draw(st.integers(0, 10**6)), draw(st.sampled_from(FACTORS)))
+        for _ in range(draw(st.integers(1, max_steps)))
+    ]  # fmt: skip
+
+
+def _apply(s: po.Schedule, primitive: str, pick: int, factor: int) -> None:
+    loops = list(s.state.loop_names())
+    loop = loops[pick % len(loops)]
+    if primitive == "split":
+        s.split(loop, factor)
+    elif primitive == "reorder":
+        order = list(loops)
+        np.random.default_rng(pick).shuffle(order)
+        s.reorder(*order[: 2 + pick % max(len(order) - 1, 1)])
+    elif primitive == "vectorize":
+        s.vectorize(loop)
+    elif primitive == "unroll":
+        s.unroll(loop, factor if pick % 2 else None)
+    else:
+        other = loops[(pick // 7) % len(loops)]
+        if other != loop:
+            s.tile(loop, other, sizes=(factor, FACTORS[pick % len(FACTORS)]))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@fast(12)
+@given(script=steps())
+def test_random_schedules_are_refused_or_exact(case, script):
+    model, shapes = CASES[case]
+    rng = np.random.default_rng(1)
+    feed = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+    (want,) = po.InferenceSession(model).run(None, feed)
+    prog = po.load(model)
+    s = prog.schedule("k")
+    for primitive, pick, factor in script:
+        before = str(s)
+        try:
+            _apply(s, primitive, pick, factor)
+        except ScheduleError:
+            assert str(s) == before  # a refused step leaves the schedule unchanged
+    (got,) = po.InferenceSession(prog).run(None, feed)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _odd_matmul():
+    rng = np.random.default_rng(2)
+    b = rng.standard_normal((61, 83)).astype(np.float32)
+    model = _model(
+        [helper.make_node("MatMul", ["x", "b"], ["y"], name="mm")],
+        [_f("x", [97, 61])], [_f("y", [97, 83])], [numpy_helper.from_array(b, "b")],
+    )  # fmt: skip
+    x = rng.standard_normal((97, 61)).astype(np.float32)
+    return model, x, x @ b
+
+
+def test_odd_matmul_split_reorder_vectorize_unroll_and_replay():
+    model, x, want = _odd_matmul()
+    prog = po.load(model)
+    s = prog.schedule("mm")
+    i, j, k = s.loops
+    assert [loop.name for loop in s.loops] == ["i", "j", "k"]
+    io, ii = s.split(i, 8)
+    jo, ji = s.split(j, 32)
+    s.reorder(io, jo, k, ii, ji)
+    s.vectorize(ji)
+    s.unroll(ii, 4)
+    (got,) = po.InferenceSession(prog).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    fresh = po.load(model)
+    fresh.apply(prog.trace)
+    assert str(fresh.schedule("mm")) == str(s)
+    (again,) = po.InferenceSession(fresh).run(None, {"x": x})
+    np.testing.assert_array_equal(again, got)
+
+
+def test_parallel_on_the_reduction_loop_is_refused_with_a_reason():
+    model, _, _ = _odd_matmul()
+    s = po.load(model).schedule("mm")
+    _, _, k = s.loops
+    before = str(s)
+    with pytest.raises(ScheduleError) as err:
+        s.parallel(k)
+    message = str(err.value)
+    assert "k carries a reduction" in message
+    assert "S1[i=0, j=0, k=0] before S1[i=0, j=0, k=1]" in message
+    assert "parallelise i or j" in message and "split k" in message
+    assert str(s) == before and s.trace == []
+
+
+def test_vectorize_needs_the_innermost_loop():
+    model, _, _ = _odd_matmul()
+    s = po.load(model).schedule("mm")
+    with pytest.raises(ScheduleError, match="not the innermost loop"):
+        s.vectorize("i")
+
+
+def test_unknown_loops_and_bad_factors_are_refused():
+    model, _, _ = _odd_matmul()
+    s = po.load(model).schedule("mm")
+    with pytest.raises(ScheduleError, match="no loop 'q'; its loops are i, j, k"):
+        s.split("q", 4)
+    with pytest.raises(ScheduleError, match="positive int"):
+        s.split("i", 0)
+    with pytest.raises(ScheduleError, match="limited to 64"):
+        s.unroll("i")
+
+
+def test_schedule_of_unknown_kernel_lists_kernels():
+    model, _, _ = _odd_matmul()
+    with pytest.raises(ScheduleError, match="no kernel named 'nope'; kernels are: mm"):
+        po.load(model).schedule("nope")
