@@ -74,7 +74,14 @@ class LowerContext:
     def add_constant(self, name: str, array: np.ndarray) -> Buffer:
         """Register a constant computed at lowering time (e.g. folded BatchNorm scales) as
         a new buffer ``name``, stored like the graph's own constants."""
-        if name in self.buffers or name in self.graph.values:
+        if name in self.graph.values:
+            raise LoweringError(f"constant {name!r} would shadow an existing tensor")
+        return self.constant_output(name, array)
+
+    def constant_output(self, name: str, array: np.ndarray) -> Buffer:
+        """A node output whose value is known when lowering (Shape, Size): a constant that
+        later lowerings read through ``constant()``."""
+        if name in self.buffers:
             raise LoweringError(f"constant {name!r} would shadow an existing tensor")
         array = np.asarray(array)
         if not array.flags.c_contiguous:  # (ascontiguousarray would make 0-d arrays 1-d)
