@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import islpy as isl
 from llvmlite import ir
 
-from polyonnx.emit import ops
+from polyonnx.emit import ops, smallfloat
 from polyonnx.emit.astgen import Index, Instance, KernelAst, build_ast
 from polyonnx.emit.llvmtypes import I64, PTR, constant, memory_type, splat
+from polyonnx.emit.smallfloat import SMALL_DTYPES
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import (
     Binary,
@@ -285,7 +286,8 @@ class _KernelWalker:
                 cond, self.value(expr.a, inst, env, lanes), self.value(expr.b, inst, env, lanes)
             )
         if isinstance(expr, Cast):
-            return ops.cast(self.b, self.value(expr.x, inst, env, lanes), expr.x.dtype, expr.dtype)
+            value = self.value(expr.x, inst, env, lanes)
+            return ops.cast(self.b, value, expr.x.dtype, expr.dtype, expr.saturate)
         raise CodegenError(f"cannot emit expression {expr!r}")
 
     def gather(self, expr: LoadAt, inst: Instance, env: Env, lanes: Lanes | None) -> ir.Value:
@@ -436,12 +438,16 @@ def _align(dtype: str) -> int:
 
 
 def _from_memory(b: ir.IRBuilder, raw: ir.Value, dtype: str, width: int) -> ir.Value:
+    if dtype in SMALL_DTYPES:
+        return smallfloat.emit_decode(b, raw, dtype)
     if dtype != "bool":
         return raw
     return b.icmp_unsigned("!=", raw, constant("uint8", 0, width))
 
 
 def _to_memory(b: ir.IRBuilder, value: ir.Value, dtype: str) -> ir.Value:
+    if dtype in SMALL_DTYPES:
+        return smallfloat.emit_encode(b, value, dtype, saturate=False)  # already rounded
     if dtype != "bool":
         return value
     width = value.type.count if isinstance(value.type, ir.VectorType) else 1

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from polyonnx.emit.smallfloat import SMALL_DTYPES
+from polyonnx.krnl.ir import register_dtype
+
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
 PTR = ir.PointerType()
 
@@ -16,19 +19,23 @@ _SCALAR = {
 
 
 def value_type(dtype: str, lanes: int = 1) -> ir.Type:
-    """The register type of a ``dtype`` value (bool is i1), as a vector when lanes > 1."""
-    scalar = _SCALAR[dtype]
+    """The register type of a ``dtype`` value (bool is i1, bfloat16/float8… float32), as a
+    vector when lanes > 1."""
+    scalar = _SCALAR[register_dtype(dtype)]
     return scalar if lanes == 1 else ir.VectorType(scalar, lanes)
 
 
 def memory_type(dtype: str, lanes: int = 1) -> ir.Type:
-    """The in-memory type (bool is a byte, as in numpy)."""
-    scalar = I8 if dtype == "bool" else _SCALAR[dtype]
+    """The in-memory type (bool is a byte, as in numpy; small types are their raw bits)."""
+    if dtype in SMALL_DTYPES:
+        scalar = ir.IntType(SMALL_DTYPES[dtype][0])
+    else:
+        scalar = I8 if dtype == "bool" else _SCALAR[dtype]
     return scalar if lanes == 1 else ir.VectorType(scalar, lanes)
 
 
 def constant(dtype: str, value: float | int | bool, lanes: int = 1) -> ir.Constant:
-    scalar_t = _SCALAR[dtype]
+    scalar_t = _SCALAR[register_dtype(dtype)]
     if isinstance(scalar_t, ir.IntType):
         bits = scalar_t.width
         value = int(value) & ((1 << bits) - 1) if bits > 1 else int(bool(value))

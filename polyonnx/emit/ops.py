@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from polyonnx.emit import mathfn
+from polyonnx.emit import mathfn, smallfloat
 from polyonnx.emit.llvmtypes import I1, call_overloaded, constant, lanes_of, value_type
+from polyonnx.emit.smallfloat import SMALL_DTYPES
 from polyonnx.errors import CodegenError
-from polyonnx.krnl.ir import is_float, is_unsigned
+from polyonnx.krnl.ir import is_float, is_unsigned, register_dtype
 
 FAST = ("contract",)  # FMA contraction; no reassociation (SIMD reductions are explicit)
 
@@ -25,6 +26,7 @@ def _fast(inst: ir.Instruction) -> ir.Instruction:
 
 
 def unary(b: ir.IRBuilder, op: str, x: ir.Value, dtype: str, out_dtype: str) -> ir.Value:
+    dtype = register_dtype(dtype)
     lanes = lanes_of(x)
     if is_float(dtype):
         return _float_unary(b, op, x, dtype, lanes)
@@ -86,6 +88,7 @@ def _int_unary(b: ir.IRBuilder, op: str, x: ir.Value, dtype: str, lanes: int) ->
 
 
 def binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
+    dtype = register_dtype(dtype)
     if op in _FCMP:
         return compare(b, op, x, y, dtype)
     if is_float(dtype):
@@ -96,6 +99,7 @@ def binary(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir
 
 
 def compare(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
+    dtype = register_dtype(dtype)
     sym = _FCMP[op]
     if is_float(dtype):
         return b.fcmp_unordered(sym, x, y) if op == "ne" else b.fcmp_ordered(sym, x, y)
@@ -194,7 +198,13 @@ def combine(b: ir.IRBuilder, op: str, acc: ir.Value, x: ir.Value, dtype: str) ->
     return binary(b, op, acc, x, dtype)
 
 
-def cast(b: ir.IRBuilder, x: ir.Value, src: str, dst: str) -> ir.Value:
+def cast(b: ir.IRBuilder, x: ir.Value, src: str, dst: str, saturate: bool = True) -> ir.Value:
+    """Convert between register values. A cast to a small storage type (bfloat16, float8…)
+    rounds to that type here (encode then decode), so the value is exact before a store."""
+    if dst in SMALL_DTYPES:
+        wide = cast(b, x, src, register_dtype(dst))
+        return smallfloat.emit_decode(b, smallfloat.emit_encode(b, wide, dst, saturate), dst)
+    src = register_dtype(src)
     if src == dst:
         return x
     lanes = lanes_of(x)

@@ -81,8 +81,8 @@ def select(cond: Expr, a: Expr, b: Expr) -> Select:
     return Select(a.dtype, cond, a, b)
 
 
-def cast(x: Expr, dtype: str) -> Expr:
-    return x if x.dtype == dtype else Cast(dtype, x)
+def cast(x: Expr, dtype: str, saturate: bool = True) -> Expr:
+    return x if x.dtype == dtype else Cast(dtype, x, saturate)
 
 
 def load(acc: Access, dtype: str) -> Load:

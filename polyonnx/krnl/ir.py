@@ -11,11 +11,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+import ml_dtypes  # noqa: F401  (registers bfloat16, float8_*, int4… as numpy dtypes)
 import numpy as np
 
-FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
-INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+SMALL_FLOAT_DTYPES = frozenset(
+    {
+        "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+        "float8_e8m0fnu", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn",
+    }
+)  # fmt: skip
+SMALL_INT_DTYPES = frozenset({"int4", "uint4", "int2", "uint2"})
+FLOAT_DTYPES = frozenset({"float16", "float32", "float64"}) | SMALL_FLOAT_DTYPES
+INT_DTYPES = (
+    frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+    | SMALL_INT_DTYPES
+)
 DTYPES = FLOAT_DTYPES | INT_DTYPES | {"bool"}
+"""Storage types. bfloat16, float8, float4/6 and 2/4-bit ints are stored as they are and
+computed in float32 (int8/uint8 for the small ints): loads decode, stores encode."""
 
 
 def is_float(dtype: str) -> bool:
@@ -24,6 +37,15 @@ def is_float(dtype: str) -> bool:
 
 def is_unsigned(dtype: str) -> bool:
     return dtype.startswith("uint") or dtype == "bool"
+
+
+def register_dtype(dtype: str) -> str:
+    """The dtype a value of ``dtype`` has while it is being computed on."""
+    if dtype in SMALL_FLOAT_DTYPES:
+        return "float32"
+    if dtype in SMALL_INT_DTYPES:
+        return "uint8" if dtype.startswith("u") else "int8"
+    return dtype
 
 
 @dataclass(frozen=True)
@@ -112,6 +134,9 @@ class Select(Expr):
 @dataclass(frozen=True)
 class Cast(Expr):
     x: Expr
+    saturate: bool = True
+    """For casts to float8: clamp out-of-range values to the largest finite one (ONNX
+    Cast's default) rather than giving inf/NaN."""
 
 
 UNARY_OPS = frozenset(
@@ -142,7 +167,7 @@ def reduce_identity(op: str, dtype: str) -> float | int | bool:
         return op == "min"
     if is_float(dtype):
         return -np.inf if op == "max" else np.inf
-    info = np.iinfo(np.dtype(dtype))
+    info = np.iinfo(np.dtype(register_dtype(dtype)))
     return int(info.min if op == "max" else info.max)
 
 

@@ -417,7 +417,8 @@ def lower_cast_like(ctx: LowerContext, node: Node) -> None:
     to = like.dtype.name if like is not None else ctx.buffer(node.input(1)).dtype
     if to not in DTYPES:
         raise LoweringError(f"CastLike node {node.name!r}: unsupported target type {to}")
-    elementwise(ctx, node, node.inputs[:1], lambda xs: kb.cast(xs[0], to))
+    saturate = bool(int(node.attr("saturate", 1)))
+    elementwise(ctx, node, node.inputs[:1], lambda xs: kb.cast(xs[0], to, saturate))
 
 
 # ---- Hardmax -------------------------------------------------------------------------

@@ -17,7 +17,9 @@ from polyonnx.krnl.lower import LowerContext, lowers
 
 ONNX_DTYPES = {
     1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
-    9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64",
+    9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16",
+    17: "float8_e4m3fn", 18: "float8_e4m3fnuz", 19: "float8_e5m2", 20: "float8_e5m2fnuz",
+    21: "uint4", 22: "int4", 23: "float4_e2m1fn", 24: "float8_e8m0fnu", 25: "uint2", 26: "int2",
 }  # fmt: skip
 
 
@@ -93,7 +95,8 @@ def lower_cast(ctx: LowerContext, node: Node) -> None:
     to = ONNX_DTYPES.get(int(node.attr("to", 0)))
     if to is None:
         raise LoweringError(f"Cast node {node.name!r}: unsupported target type {node.attr('to')}")
-    elementwise(ctx, node, node.inputs[:1], lambda xs: kb.cast(xs[0], to))
+    saturate = bool(int(node.attr("saturate", 1)))
+    elementwise(ctx, node, node.inputs[:1], lambda xs: kb.cast(xs[0], to, saturate))
 
 
 @lowers("Clip")
