@@ -193,8 +193,7 @@ def _place_outputs(ctx: LowerContext) -> None:
     """
     external = set(ctx.graph.constants) | {v.name for v in ctx.graph.inputs}
     claimed: set[str] = set()
-    for value in ctx.graph.outputs:
-        name = value.name
+    for name in dict.fromkeys(v.name for v in ctx.graph.outputs):  # a name may repeat
         if name in ctx.graph.constants:
             ctx.buffer(name)  # registers the constant, which the runtime returns a copy of
             continue

@@ -34,9 +34,14 @@ class NodeArg:
 
 
 def node_arg(value: Value) -> NodeArg:
-    return NodeArg(
-        value.name, list(value.shape), f"tensor({ORT_TYPES.get(value.dtype, value.dtype)})"
-    )
+    """As onnxruntime shows it: ints, dim_param names, and None for unnamed dims (the
+    names polyonnx or shape inference made up for them)."""
+    shape = [None if _made_up(d) else d for d in value.shape]
+    return NodeArg(value.name, shape, f"tensor({ORT_TYPES.get(value.dtype, value.dtype)})")
+
+
+def _made_up(dim: Dim) -> bool:
+    return isinstance(dim, str) and (dim.startswith("?") or dim.startswith("unk__"))
 
 
 class InferenceSession:

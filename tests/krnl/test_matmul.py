@@ -1,0 +1,148 @@
+"""Contraction lowerings (polyonnx/krnl/ops/matmul.py): MatMul with numpy semantics and Gemm,
+against float64 numpy references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import polyonnx
+from tests.helpers import (
+    DIMS,
+    Const,
+    broadcast_shapes,
+    check_node,
+    const,
+    fast,
+    node_model,
+    random_array,
+    seeds,
+    sum_tol,
+)
+
+mnk = st.sampled_from((*DIMS, 64))
+
+
+@st.composite
+def matmul_shapes(draw):
+    """Operand shapes of every MatMul form: 1-D × 1-D, 1-D × N-D, N-D × 1-D, 2-D, and
+    batched with numpy-broadcast batch dims of different ranks."""
+    m, k, n = draw(mnk), draw(st.one_of(st.just(1), mnk)), draw(mnk)
+    batch_a, batch_b = draw(broadcast_shapes(2, max_rank=2))
+    a = (k,) if draw(st.booleans()) else (*batch_a, m, k)
+    b = (k,) if draw(st.booleans()) else (*batch_b, k, n)
+    return a, b
+
+
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.issubdtype(a.dtype, np.integer):
+        return np.matmul(a, b)
+    return np.asarray(np.matmul(a.astype(np.float64), b.astype(np.float64))).astype(a.dtype)
+
+
+@fast(25)
+@given(ab=matmul_shapes(), seed=seeds)
+def test_matmul(ab, seed):
+    rng = np.random.default_rng(seed)
+    a = random_array(rng, ab[0], np.float32, -1, 1)
+    b = random_array(rng, ab[1], np.float32, -1, 1)
+    check_node("MatMul", [a, b], _matmul(a, b), tol=sum_tol(ab[0][-1]))
+
+
+@pytest.mark.parametrize(
+    ("sa", "sb"),
+    [
+        ((17,), (17,)),  # 1-D × 1-D: a scalar
+        ((1,), (1,)),
+        ((33,), (2, 33, 5)),  # 1-D × N-D: the vector is prepended a 1, then dropped
+        ((3, 7, 31), (31,)),  # N-D × 1-D
+        ((13, 1), (1, 17)),  # K = 1: an outer product
+        ((31, 33), (33, 17)),
+        ((16, 32), (32, 48)),  # exact multiples of the vector width
+        ((2, 1, 5, 3), (7, 3, 2)),  # batch dims broadcast both ways
+        ((1, 3, 4), (3, 4, 5)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+def test_matmul_forms(sa, sb, dtype):
+    rng = np.random.default_rng(0)
+    a = random_array(rng, sa, dtype, -3, 3)
+    b = random_array(rng, sb, dtype, -3, 3)
+    check_node("MatMul", [a, b], _matmul(a, b), tol=sum_tol(9 * sa[-1]))
+
+
+@fast(15)
+@given(ab=matmul_shapes(), seed=seeds)
+def test_matmul_constant_weights(ab, seed):
+    """B as an initializer (how models carry weights) reads the same as B as an input."""
+    rng = np.random.default_rng(seed)
+    a = random_array(rng, ab[0], np.float32, -1, 1)
+    b = random_array(rng, ab[1], np.float32, -1, 1)
+    check_node("MatMul", [a, const(b)], _matmul(a, b), tol=sum_tol(ab[0][-1]))
+
+
+def _session(op_type, args, rank, **attrs):
+    model, _ = node_model(op_type, args, [(np.float32, rank)], **attrs)
+    return polyonnx.InferenceSession(model)
+
+
+def test_matmul_inner_dims_must_agree():
+    a, b = np.ones((2, 3), np.float32), np.ones((4, 5), np.float32)
+    with pytest.raises(polyonnx.LoweringError, match=r"'matmul_node'.*\(2, 3\) @ \(4, 5\)"):
+        _session("MatMul", [a, b], 2)
+
+
+def test_gemm_needs_matrices():
+    a, b = np.ones((2, 3, 1), np.float32), np.ones((3, 4), np.float32)
+    with pytest.raises(polyonnx.LoweringError, match=r"'gemm_node'.*2-D.*\(2, 3, 1\)"):
+        _session("Gemm", [a, b], 2)
+
+
+# ---- Gemm ---------------------------------------------------------------------------
+
+C_FORMS = ["absent", "scalar", "one", "row", "row2d", "column", "full", "literal", "weights"]
+
+
+def _c_operand(form: str, rng: np.random.Generator, m: int, n: int):
+    """C in one of its broadcast forms: absent, [], [1], [N], [1, N], [M, 1], [M, N]; a
+    one-element initializer (which becomes a literal), or an [N] initializer (a bias)."""
+    shape = {"scalar": (), "one": (1,), "row": (n,), "row2d": (1, n), "column": (m, 1)}
+    if form == "absent":
+        return None
+    if form == "literal":
+        return const(np.array([0.75], np.float32))
+    if form == "weights":
+        return const(random_array(rng, (n,), np.float32, -1, 1))
+    return random_array(rng, shape.get(form, (m, n)), np.float32, -1, 1)
+
+
+@pytest.mark.parametrize("trans_a", [0, 1])
+@pytest.mark.parametrize("trans_b", [0, 1])
+@fast(15)
+@given(
+    m=mnk,
+    k=st.one_of(st.just(1), mnk),
+    n=mnk,
+    c_form=st.sampled_from(C_FORMS),
+    alpha=st.one_of(st.none(), st.sampled_from([1.0, -0.5, 2.0])),
+    beta=st.one_of(st.none(), st.sampled_from([1.0, 0.0, 0.25, -3.0])),
+    seed=seeds,
+)
+def test_gemm(trans_a, trans_b, m, k, n, c_form, alpha, beta, seed):
+    rng = np.random.default_rng(seed)
+    a = random_array(rng, (k, m) if trans_a else (m, k), np.float32, -1, 1)
+    b = random_array(rng, (n, k) if trans_b else (k, n), np.float32, -1, 1)
+    c = _c_operand(c_form, rng, m, n)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    expected = (1.0 if alpha is None else alpha) * (
+        (a64.T if trans_a else a64) @ (b64.T if trans_b else b64)
+    )
+    if c is not None:
+        c_value = c.value if isinstance(c, Const) else c
+        expected = expected + (1.0 if beta is None else beta) * c_value.astype(np.float64)
+    attrs = {"transA": trans_a, "transB": trans_b}
+    attrs |= {k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None}
+    args = [a, b] if c is None else [a, b, c]
+    check_node("Gemm", args, expected.astype(np.float32), tol=sum_tol(4 * k), opset=13, **attrs)
