@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import islpy as isl
 from llvmlite import ir
 
-from polyonnx.emit import ops, smallfloat
+from polyonnx.emit import ops, smallfloat, threads
 from polyonnx.emit.astgen import Index, Instance, KernelAst, build_ast
 from polyonnx.emit.llvmtypes import I64, PTR, constant, memory_type, splat
 from polyonnx.emit.smallfloat import SMALL_DTYPES
@@ -34,6 +34,7 @@ from polyonnx.krnl.ir import (
     reduce_identity,
 )
 from polyonnx.krnl.islutil import row_major_strides
+from polyonnx.schedule.state import PARALLEL
 from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
 
 Env = dict[str, ir.Value]
@@ -98,10 +99,54 @@ class _KernelWalker:
 
     def mark(self, node: isl.AstNode, env: Env) -> None:
         child = node.mark_get_node()
-        if node.mark_get_id().get_name() == VECTORIZE and self._vectorizable(child):
+        mark = node.mark_get_id().get_name()
+        if mark == VECTORIZE and self._vectorizable(child):
             self.vector_loop(child, env)
+        elif mark == PARALLEL and self._bounded_unit_loop(child):
+            self.parallel_loop(child, env)
         else:
             self.node(child, env)
+
+    def _bounded_unit_loop(self, node: isl.AstNode) -> bool:
+        if node.get_type() != isl.ast_node_type.for_:
+            return False
+        inc = node.for_get_inc()
+        unit = inc.get_type() == isl.ast_expr_type.int and inc.get_val().to_python() == 1
+        return unit and self._upper_bound(node) is not None
+
+    def parallel_loop(self, node: isl.AstNode, env: Env) -> None:
+        """Outline the loop body into ``body(ctx, lo, hi)`` and run its iterations through
+        polyonnx_parallel_for; buffer pointers and outer iterators travel in ``ctx``."""
+        bound, inclusive = self._upper_bound(node)
+        start = self.expr(node.for_get_init(), env)
+        ub = self.expr(bound, env)
+        stop = self.b.add(ub, ir.Constant(I64, 1)) if inclusive else ub
+        module = self.b.module
+        body = ir.Function(
+            module, threads.BODY_TYPE, f"{self.b.function.name}.par{len(module.globals)}"
+        )
+        free = [*self.pointers.items(), *env.items()]
+        ctx = self.b.alloca(I64, ir.Constant(I64, max(len(free), 1)), "ctx")
+        for k, (_, value) in enumerate(free):
+            word = self.b.ptrtoint(value, I64) if isinstance(value.type, ir.PointerType) else value
+            self.b.store(word, self.b.gep(ctx, [ir.Constant(I64, k)], source_etype=I64))
+        self._outline(body, node, free)
+        self.b.call(threads.parallel_for(module), [body, ctx, start, stop])
+
+    def _outline(self, fn: ir.Function, node: isl.AstNode, free) -> None:
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        ctx, lo, hi = fn.args
+        words = [
+            b.load(b.gep(ctx, [ir.Constant(I64, k)], source_etype=I64), typ=I64)
+            for k in range(len(free))
+        ]
+        count = len(self.pointers)
+        pointed = zip(free[:count], words[:count], strict=True)
+        pointers = {name: b.inttoptr(w, PTR) for (name, _), w in pointed}
+        env = {name: w for (name, _), w in zip(free[count:], words[count:], strict=True)}
+        inner = _KernelWalker(b, self.ast, pointers, self.buffers, self.width)
+        inner.loop(node, env, lo, last=hi)
+        b.ret_void()
 
     def branch(self, node: isl.AstNode, env: Env) -> None:
         cond = self.expr(node.if_get_cond(), env)
@@ -115,8 +160,11 @@ class _KernelWalker:
             with self.b.if_then(cond):
                 self.node(node.if_get_then_node(), env)
 
-    def loop(self, node: isl.AstNode, env: Env, start: ir.Value) -> None:
-        """``for (it = start; cond; it += inc)`` as a phi loop."""
+    def loop(
+        self, node: isl.AstNode, env: Env, start: ir.Value, last: ir.Value | None = None
+    ) -> None:
+        """``for (it = start; cond; it += inc)`` as a phi loop (``it <= last`` instead of the
+        AST's condition when ``last`` is given: a parallel chunk)."""
         name = node.for_get_iterator().get_id().get_name()
         step = self.expr(node.for_get_inc(), env)
         pre = self.b.block
@@ -127,7 +175,11 @@ class _KernelWalker:
         self.b.position_at_end(header)
         it = self.b.phi(I64, name)
         it.add_incoming(start, pre)
-        self.b.cbranch(self.expr(node.for_get_cond(), {**env, name: it}), body, exit_)
+        if last is None:
+            cond = self.expr(node.for_get_cond(), {**env, name: it})
+        else:
+            cond = self.b.icmp_signed("<=", it, last)
+        self.b.cbranch(cond, body, exit_)
         self.b.position_at_end(body)
         self.node(node.for_get_body(), {**env, name: it})
         it.add_incoming(self.b.add(it, step), self.b.block)

@@ -6,6 +6,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from polyonnx.emit.target import Target, initialize_llvm
+from polyonnx.emit.threads import register_runtime_symbols
 from polyonnx.errors import CodegenError
 
 
@@ -26,6 +27,7 @@ class JitModule:
 
     def __init__(self, module: ir.Module, target: Target, opt: int = 3):
         initialize_llvm()
+        register_runtime_symbols()
         self.source = str(module)
         try:
             parsed = llvm.parse_assembly(self.source)
@@ -47,6 +49,12 @@ class JitModule:
         if not addr:
             raise CodegenError(f"symbol {name!r} is not in the compiled module")
         return addr
+
+    def global_address(self, name: str) -> int | None:
+        """The address of a global variable of the module, if it has one."""
+        if f"@{name} " not in self.source and f'@"{name}"' not in self.source:
+            return None
+        return self._engine.get_global_value_address(name) or None
 
     def assembly(self) -> str:
         return self._machine.emit_assembly(llvm.parse_assembly(self.optimized))

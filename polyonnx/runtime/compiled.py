@@ -12,6 +12,7 @@ import numpy as np
 from polyonnx.emit.jit import JitModule
 from polyonnx.emit.module import ENTRY, emit_module
 from polyonnx.emit.target import Target, host_target
+from polyonnx.emit.threads import THREADS_GLOBAL, register_runtime_symbols
 from polyonnx.errors import InputError
 from polyonnx.frontend.graph import Graph
 from polyonnx.frontend.load import load_graph
@@ -76,6 +77,12 @@ class CompiledModel:
                 self._slots[i] = arena_ptr
             elif name in self.program.constants:
                 self._slots[i] = self.program.constants[name].ctypes.data
+
+    def set_threads(self, count: int) -> None:
+        """How many threads the model's parallel loops use (if it has any)."""
+        address = self.jit.global_address(THREADS_GLOBAL)
+        if address is not None and register_runtime_symbols():
+            ctypes.c_int32.from_address(address).value = max(int(count), 1)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Inputs must already be validated: C-contiguous arrays of the right dtype/shape."""

@@ -63,6 +63,7 @@ class InferenceSession:
             self.graph = model.graph
             self._model = None
             compiled = compile_program(model.lowered, model.kernel_schedules(), target)
+            compiled.set_threads(self.threads)
             self._compiled[self._key({})] = compiled
             return
         self._model = load_model(model)
@@ -70,6 +71,7 @@ class InferenceSession:
         if self.graph.is_static:
             try:
                 self._compiled[self._key({})] = compile_graph(self.graph, target)
+                self._compiled[self._key({})].set_threads(self.threads)
             except ValueRequiredError as exc:
                 self._value_inputs = list(exc.inputs)
 
@@ -110,6 +112,7 @@ class InferenceSession:
             )
             try:
                 self._compiled[key] = compile_graph(graph, self._target)
+                self._compiled[key].set_threads(self.threads)
             except ValueRequiredError as exc:
                 if set(exc.inputs) <= set(self._value_inputs):
                     raise

@@ -54,7 +54,7 @@ CASES = _cases()
 @st.composite
 def steps(draw, max_steps=5):
     return [
-        (draw(st.sampled_from(["split", "reorder", "vectorize", "unroll", "tile"])),
+        (draw(st.sampled_from(["split", "reorder", "vectorize", "unroll", "tile", "parallel"])),
          draw(st.integers(0, 10**6)), draw(st.sampled_from(FACTORS)))
         for _ in range(draw(st.integers(1, max_steps)))
     ]  # fmt: skip
@@ -71,6 +71,8 @@ def _apply(s: po.Schedule, primitive: str, pick: int, factor: int) -> None:
         s.reorder(*order[: 2 + pick % max(len(order) - 1, 1)])
     elif primitive == "vectorize":
         s.vectorize(loop)
+    elif primitive == "parallel":
+        s.parallel(loop)
     elif primitive == "unroll":
         s.unroll(loop, factor if pick % 2 else None)
     else:
@@ -166,3 +168,33 @@ def test_schedule_of_unknown_kernel_lists_kernels():
     model, _, _ = _odd_matmul()
     with pytest.raises(ScheduleError, match="no kernel named 'nope'; kernels are: mm"):
         po.load(model).schedule("nope")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_parallel_loops_run_on_threads_in_the_generated_code(threads):
+    model, x, want = _odd_matmul()
+    prog = po.load(model)
+    s = prog.schedule("mm")
+    i, j, k = s.loops
+    io, ii = s.split(i, 16)
+    s.reorder(io, ii, k, j)
+    s.vectorize(j)
+    s.parallel(io)
+    assert "#pragma parallel\nfor (int i_o" in str(s)
+    session = po.InferenceSession(prog, threads=threads)
+    (got,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    compiled = session.compiled_for(session.validate({"x": x}))
+    assert "pthread_create" in compiled.jit.optimized
+    assert any(
+        ".par" in line for line in compiled.jit.source.splitlines() if line.startswith("define")
+    )
+
+
+def test_nested_parallel_loops_are_refused():
+    model, _, _ = _odd_matmul()
+    s = po.load(model).schedule("mm")
+    i, j, _ = s.loops
+    s.parallel(i)
+    with pytest.raises(ScheduleError, match="already runs i in parallel"):
+        s.parallel(j)
