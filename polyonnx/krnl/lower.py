@@ -78,6 +78,14 @@ class LowerContext:
             raise LoweringError(f"constant {name!r} would shadow an existing tensor")
         return self.constant_output(name, array)
 
+    def table(self, hint: str, array: np.ndarray) -> Buffer:
+        """A constant computed at lowering time (tap weights, coordinate tables) under a
+        fresh name derived from ``hint``."""
+        name = hint
+        while name in self.buffers or name in self.graph.values:
+            name += "_"
+        return self.add_constant(name, array)
+
     def constant_output(self, name: str, array: np.ndarray) -> Buffer:
         """A node output whose value is known when lowering (Shape, Size): a constant that
         later lowerings read through ``constant()``."""

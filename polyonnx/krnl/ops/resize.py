@@ -319,13 +319,6 @@ def _coefficients(settings: Settings, ratio: float, scale: float) -> np.ndarray:
 # ---- statements --------------------------------------------------------------------------
 
 
-def _table(ctx: LowerContext, name: str, array: np.ndarray) -> str:
-    """Register a compile-time table as a constant buffer of the program."""
-    while name in ctx.buffers or name in ctx.graph.values:
-        name += "_"
-    return ctx.add_constant(name, array).name
-
-
 def _copy(out: str, src: str, dtype: str, shape: list[int]) -> Statement:
     dims = kb.dims("d", len(shape))
     body = kb.load(kb.access(src, "S0", dims, dims), dtype)
@@ -347,7 +340,7 @@ def _nearest(ctx: LowerContext, out: Buffer, x: Buffer, axes: list[Axis], settin
         if axis.index is None:
             index.append(Iter("int64", d))
             continue
-        table = _table(ctx, f"{out.name}.index{r}", axis.index)
+        table = ctx.table(f"{out.name}.index{r}", axis.index).name
         index.append(kb.load(kb.access(table, name, dims, ["0", d]), "int64"))
     ranges = [a.inside if a.index is not None else (0, a.size) for a in axes]
     if all(hi > lo for lo, hi in ranges):
@@ -374,8 +367,8 @@ def _filters(ctx, out: Buffer, x: Buffer, axes: list[Axis], resized: list[int], 
         dst = out if last else ctx.temp(f"{out.name}.pass{r}", shape, work)
         statements += _extrapolate(dst, dims, axes, [r], settings, statements)
         name = f"S{len(statements)}"
-        index_table = _table(ctx, f"{out.name}.index{r}", axis.index)
-        weight_table = _table(ctx, f"{out.name}.weight{r}", axis.weight.astype(work))
+        index_table = ctx.table(f"{out.name}.index{r}", axis.index).name
+        weight_table = ctx.table(f"{out.name}.weight{r}", axis.weight.astype(work)).name
         total: Expr | None = None
         for tap in range(axis.index.shape[0]):
             at = [str(tap), dims[r]]
