@@ -11,8 +11,10 @@ Kernels nobody scheduled keep the default heuristic schedule.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import onnx
@@ -23,6 +25,7 @@ from polyonnx.frontend.load import load_graph
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.ir import Program as Lowered
 from polyonnx.krnl.lower import lower, supported_ops
+from polyonnx.schedule import fuse
 from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.tree import KernelSchedule
@@ -40,38 +43,77 @@ class Program:
 
     def schedule(self, *names: str) -> Schedule:
         """The Schedule of kernel ``name`` (created on first use, from the original loop
-        order). Several names ask for a fused schedule, which is not supported yet."""
-        if len(names) != 1:
-            raise ScheduleError(
-                f"schedule({', '.join(map(repr, names))}): fusing kernels is not supported yet; "
-                "schedule one kernel at a time"
-            )
-        name = names[0]
-        if name not in self._schedules:
-            kernel = self.kernels.get(name)
-            if kernel is None:
-                known = ", ".join(self.kernels)
-                raise ScheduleError(f"no kernel named {name!r}; kernels are: {known}")
-            self._schedules[name] = Schedule(kernel, self.lowered.buffers)
-        return self._schedules[name]
+        order), or with several names, one Schedule over those consecutive kernels, whose
+        statements ``compute_at`` can then fuse."""
+        key = "+".join(names)
+        if key not in self._schedules:
+            order = [k.name for k in self.lowered.kernels]
+            unknown = [n for n in names if n not in order]
+            if unknown:
+                raise ScheduleError(
+                    f"no kernel named {unknown[0]!r}; kernels are: {', '.join(order)}"
+                )
+            taken = [n for n in names if any(n in g.split("+") for g in self._schedules)]
+            if taken:
+                raise ScheduleError(f"kernel {taken[0]!r} already has a schedule of its own")
+            positions = [order.index(n) for n in names]
+            if positions != list(range(positions[0], positions[0] + len(names))):
+                raise ScheduleError(
+                    f"schedule({', '.join(map(repr, names))}): fused kernels must run one after "
+                    f"another; the order is {', '.join(order)}"
+                )
+            kernels = [self.kernels[n] for n in names]
+            kernel = kernels[0] if len(kernels) == 1 else fuse.merge(kernels)
+            self._schedules[key] = Schedule(kernel, self.lowered.buffers)
+        return self._schedules[key]
 
     def apply(self, trace: Sequence[Mapping[str, Any]]) -> None:
-        """Replay trace steps (each names its kernel) on this program."""
+        """Replay trace steps (each names its kernel, or kernels joined by '+')."""
         for step in trace:
-            self.schedule(step["kernel"]).apply([step])
+            self.schedule(*step["kernel"].split("+")).apply([step])
 
     @property
     def trace(self) -> list[dict[str, Any]]:
         return [step for s in self._schedules.values() for step in s.trace]
 
     def kernel_schedules(self) -> list[KernelSchedule]:
-        """Scripted schedules where there are some, default ones elsewhere."""
-        return [
-            self._schedules[k.name].kernel_schedule()
-            if k.name in self._schedules
-            else default_schedule(k, self.lowered.buffers)
-            for k in self.lowered.kernels
-        ]
+        return self.compilable()[1]
+
+    def compilable(self) -> tuple[Lowered, list[KernelSchedule]]:
+        """The program to compile: fused kernels replaced by their group kernel (with the
+        buffers fusion made needless removed), scripted schedules where there are some,
+        default ones elsewhere."""
+        groups = {n: key for key in self._schedules for n in key.split("+")}
+        kernels, schedules, dropped = [], [], set()
+        for kernel in self.lowered.kernels:
+            key = groups.get(kernel.name)
+            if key is None:
+                kernels.append(kernel)
+                schedules.append(default_schedule(kernel, self.lowered.buffers))
+                continue
+            if key.split("+")[0] != kernel.name:
+                continue  # a later member of a group: the group stands at its first member
+            state = self._schedules[key].state
+            if "+" in key:
+                state, gone = fuse.inline_fused(state, self._read_outside(key))
+                dropped |= gone
+            kernels.append(state.kernel)
+            schedules.append(state.to_kernel_schedule())
+        buffers = {n: b for n, b in self.lowered.buffers.items() if n not in dropped}
+        lowered = dataclasses.replace(
+            self.lowered, kernels=tuple(kernels), buffers=MappingProxyType(buffers)
+        )
+        return lowered, schedules
+
+    def _read_outside(self, key: str) -> set[str]:
+        """Buffers that something outside group ``key`` reads, or that the graph outputs."""
+        members = set(key.split("+"))
+        outside = {b for k in self.lowered.kernels if k.name not in members for b in k.reads()}
+        return (
+            outside
+            | {self.lowered.root(o) for o in self.lowered.outputs}
+            | set(self.lowered.outputs)
+        )
 
 
 def load(

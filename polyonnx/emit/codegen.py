@@ -468,10 +468,12 @@ def _ast_op(b: ir.IRBuilder, op, v: list[ir.Value]) -> ir.Value:
         inexact = b.icmp_signed("!=", b.mul(q, v[1]), v[0])
         negative = b.icmp_signed("<", b.xor(v[0], v[1]), zero)
         return b.sub(q, b.zext(b.and_(inexact, negative), I64))
-    if op == t.min:
-        return b.select(b.icmp_signed("<", v[0], v[1]), v[0], v[1])
-    if op == t.max:
-        return b.select(b.icmp_signed(">", v[0], v[1]), v[0], v[1])
+    if op in (t.min, t.max):  # isl's min/max take any number of arguments
+        pick = "<" if op == t.min else ">"
+        best = v[0]
+        for other in v[1:]:
+            best = b.select(b.icmp_signed(pick, best, other), best, other)
+        return best
     if op in (t.cond, t.select):
         return b.select(v[0], v[1], v[2])
     cmp = {t.eq: "==", t.le: "<=", t.lt: "<", t.ge: ">=", t.gt: ">"}.get(op)

@@ -62,7 +62,7 @@ class InferenceSession:
         if _is_program(model):  # a polyonnx.Program with scripted schedules
             self.graph = model.graph
             self._model = None
-            compiled = compile_program(model.lowered, model.kernel_schedules(), target)
+            compiled = compile_program(*model.compilable(), target)
             compiled.set_threads(self.threads)
             self._compiled[self._key({})] = compiled
             return

@@ -15,6 +15,7 @@ leaves the schedule as it was.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -24,7 +25,7 @@ import islpy as isl
 
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel
-from polyonnx.schedule import annotate
+from polyonnx.schedule import annotate, fuse
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.legality import broken_order
 from polyonnx.schedule.reorder import reorder as reorder_loops
@@ -126,6 +127,23 @@ class Schedule:
             annotate.parallel(self.state, self.deps, name), "parallel", name, {"loop": name}
         )
 
+    def compute_at(self, name: str, loop: LoopArg) -> None:
+        """Run kernel ``name``'s statements (or the one statement ``name``) inside ``loop``
+        of the statements before them, after that loop's inner loops, aligned to the
+        iteration that produces or consumes their data."""
+        target = self._name(loop, "compute_at")
+        prefix = re.sub(r"\W", "_", name) + "_"
+        guests = [
+            s.name for s in self.kernel.statements if s.name == name or s.name.startswith(prefix)
+        ]
+        if not guests:
+            known = sorted({s.name.rsplit("_S", 1)[0] for s in self.kernel.statements})
+            raise ScheduleError(
+                f"compute_at({name!r}, {target}): no such kernel here; kernels: {known}"
+            )
+        state = fuse.compute_at(self.state, guests, target)
+        self._commit(state, "compute_at", target, {"name": name, "loop": target})
+
     # ---- traces -------------------------------------------------------------------------
 
     def apply(self, trace: Sequence[Mapping[str, Any]]) -> None:
@@ -141,6 +159,8 @@ class Schedule:
                 self.reorder(*args["loops"])
             elif primitive == "unroll":
                 self.unroll(args["loop"], args.get("factor"))
+            elif primitive == "compute_at":
+                self.compute_at(args["name"], args["loop"])
             elif primitive in ("vectorize", "parallel"):
                 getattr(self, primitive)(args["loop"])
             else:

@@ -52,6 +52,9 @@ class State:
     kernel: Kernel
     nests: tuple[Nest, ...]
     marks: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
+    attach: Mapping[str, tuple[str, int]] = field(default_factory=lambda: MappingProxyType({}))
+    """Fusion: statement -> (host statement, depth). The statement shares the host's loops
+    0..depth and runs after the host's inner loops in each iteration of them."""
 
     @staticmethod
     def original(kernel: Kernel) -> State:
@@ -89,50 +92,116 @@ class State:
     def to_kernel_schedule(self) -> KernelSchedule:
         return KernelSchedule(self.kernel, str(self.isl_schedule()))
 
+    def with_attach(self, statement: str, host: str, depth: int, nest: Nest) -> State:
+        attach = dict(self.attach)
+        attach[statement] = (host, depth)
+        nests = tuple(nest if n.statement == statement else n for n in self.nests)
+        return replace(self, nests=nests, attach=MappingProxyType(attach))
+
+    def nest(self, statement: str) -> Nest:
+        return next(n for n in self.nests if n.statement == statement)
+
+    def groups(self) -> list[tuple[str, list[str], int]]:
+        """(root statement, statements fused into it, depth), in execution order."""
+        found = []
+        for stmt in self.kernel.statements:
+            if stmt.name in self.attach:
+                continue
+            guests = [
+                s.name
+                for s in self.kernel.statements
+                if self.attach.get(s.name, ("",))[0] == stmt.name
+            ]
+            depth = self.attach[guests[0]][1] if guests else -1
+            found.append((stmt.name, guests, depth))
+        return found
+
     def isl_schedule(self) -> isl.Schedule:
-        """A sequence of the statements, each with its bands and marks."""
+        """A sequence of the statement groups; a group is one statement, or a host with the
+        statements fused into it sharing its outer loops."""
         stmts = self.kernel.statements
+        groups = self.groups()
         domain = isl.UnionSet.empty(parse_set(stmts[0].domain).get_space().params())
-        filters = isl.UnionSetList.alloc(isl.DEFAULT_CONTEXT, len(stmts))
-        for stmt in stmts:
-            piece = isl.UnionSet.from_set(parse_set(stmt.domain))
+        filters = isl.UnionSetList.alloc(isl.DEFAULT_CONTEXT, len(groups))
+        for root, guests, _ in groups:
+            piece = _domains([self.statement(n) for n in [root, *guests]])
             domain = domain.union(piece)
             filters = filters.add(piece)
-        node = isl.Schedule.from_domain(domain).get_root().child(0).insert_sequence(filters)
-        for index, (stmt, nest) in enumerate(zip(stmts, self.nests, strict=True)):
-            node = self._insert_nest(node.child(index).child(0), stmt, nest)
-            while node.get_type() != isl.schedule_node_type.sequence:
-                node = node.parent()
-        return node.get_schedule()
+        top = isl.Schedule.from_domain(domain).get_root().child(0).insert_sequence(filters)
+        for index, (root, guests, depth) in enumerate(groups):
+            leaf = top.child(index).child(0)
+            if guests:
+                node = self._insert_group(leaf, [root, *guests], depth)
+            else:
+                node = self._insert_nest(leaf, self.statement(root), self.nest(root))
+            top = node.ancestor(node.get_tree_depth() - top.get_tree_depth())
+        return top.get_schedule()
+
+    def _insert_group(
+        self, leaf: isl.ScheduleNode, names: list[str], depth: int
+    ) -> isl.ScheduleNode:
+        """Shared bands for loops 0..depth over every statement of the group, then a
+        sequence of the statements, each with its own inner loops."""
+        filters = isl.UnionSetList.alloc(isl.DEFAULT_CONTEXT, len(names))
+        for name in names:
+            filters = filters.add(_domains([self.statement(name)]))
+        seq = leaf.insert_sequence(filters)
+        for index, name in enumerate(names):
+            inner = Nest(name, self.nest(name).loops[depth + 1 :])
+            node = self._insert_nest(seq.child(index).child(0), self.statement(name), inner)
+            seq = node.ancestor(node.get_tree_depth() - seq.get_tree_depth())
+        shared = [(self.statement(n), self.nest(n).loops[: depth + 1]) for n in names]
+        return self._insert_bands(seq, shared)
 
     def _insert_nest(self, leaf: isl.ScheduleNode, stmt: Statement, nest: Nest) -> isl.ScheduleNode:
-        """Bands from the innermost loop out: a marked loop gets a band (and mark) of its
-        own, runs of unmarked loops share one band."""
-        node = leaf
-        pending: list[Var] = []
-        for var in reversed(nest.loops):
-            marks = self.marks.get(var.name, frozenset())
+        return self._insert_bands(leaf, [(stmt, nest.loops)])
+
+    def _insert_bands(self, node: isl.ScheduleNode, members) -> isl.ScheduleNode:
+        """Bands above ``node`` from the innermost loop out, for statements that share these
+        loops (``members``: (statement, loops) with equal loop names position by position).
+        A marked loop gets a band (and mark) of its own; unmarked runs share one band."""
+        count = len(members[0][1])
+        pending: list[int] = []
+        for position in reversed(range(count)):
+            marks = self.marks.get(members[0][1][position].name, frozenset())
             if not marks:
-                pending.insert(0, var)
+                pending.insert(0, position)
                 continue
             if pending:
-                node = node.insert_partial_schedule(band(stmt, pending))
+                node = node.insert_partial_schedule(shared_band(members, pending))
                 pending = []
-            node = node.insert_partial_schedule(band(stmt, [var]))
+            node = node.insert_partial_schedule(shared_band(members, [position]))
             if UNROLL in marks:
                 node = node.band_member_set_ast_loop_type(0, isl.ast_loop_type.unroll)
             for mark in (VECTORIZE, PARALLEL):
                 if mark in marks:
                     node = node.insert_mark(isl.Id(mark))
         if pending:
-            node = node.insert_partial_schedule(band(stmt, pending))
+            node = node.insert_partial_schedule(shared_band(members, pending))
         return node
 
 
 def band(stmt: Statement, loops: list[Var]) -> isl.MultiUnionPwAff:
-    head = f"{stmt.name}[{', '.join(dim_names(stmt))}]"
-    members = ", ".join(f"{{ {head} -> [({v.expr})] }}" for v in loops)
-    return isl.MultiUnionPwAff(f"[{members}]")
+    return shared_band([(stmt, loops)], list(range(len(loops))))
+
+
+def shared_band(members, positions: list[int]) -> isl.MultiUnionPwAff:
+    """One band member per position, each a union over the statements of their loop at it."""
+    columns = []
+    for position in positions:
+        pieces = [
+            f"{stmt.name}[{', '.join(dim_names(stmt))}] -> [({loops[position].expr})]"
+            for stmt, loops in members
+        ]
+        columns.append("{ " + "; ".join(pieces) + " }")
+    return isl.MultiUnionPwAff(f"[{', '.join(columns)}]")
+
+
+def _domains(stmts) -> isl.UnionSet:
+    found = isl.UnionSet.from_set(parse_set(stmts[0].domain))
+    for stmt in stmts[1:]:
+        found = found.union(isl.UnionSet.from_set(parse_set(stmt.domain)))
+    return found
 
 
 def time_map(stmt: Statement, nest: Nest) -> isl.Map:

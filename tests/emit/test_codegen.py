@@ -225,3 +225,32 @@ def test_same_op_on_other_shapes_gets_its_own_function():
     ]
     compiled = _compile(nodes, [Value("x", (3, 40), "float32")], [Value("y", (1, 120), "float32")])
     assert compiled.symbols[0] != compiled.symbols[1]
+
+
+def test_isl_min_and_max_with_more_than_two_arguments():
+    """A tiled, padded conv makes isl bound a loop by min(a, b, c); every argument counts."""
+    graph = Graph(
+        "g",
+        (Value("x", (1, 2, 7, 9), "float32"), Value("w", (3, 2, 3, 3), "float32")),
+        (Value("y", (1, 3, 7, 9), "float32"),),
+        (Node("k", "Conv", ("x", "w"), ("y",), {"pads": (1, 1, 1, 1)}, opset=17),),
+        MappingProxyType({}),
+        MappingProxyType({}),
+        17,
+    )
+    program = lower(graph)
+    from polyonnx.schedule.schedule import Schedule
+
+    s = Schedule(program.kernels[0], program.buffers)
+    s.split("o0", 1)
+    s.split("o0_o", 1)
+    s.tile("k1", "o0_o_o", sizes=(3, 5))  # the example hypothesis found
+    assert "min(4, ((-5 * o0_o_o_o) + 6), " in str(s)
+    compiled = compile_program(program, [s.kernel_schedule()])
+    rng = np.random.default_rng(7)
+    x, w = (
+        rng.standard_normal((1, 2, 7, 9)).astype(np.float32),
+        rng.standard_normal((3, 2, 3, 3)).astype(np.float32),
+    )
+    reference = compile_program(program, default_schedules(program)).run({"x": x, "w": w})["y"]
+    np.testing.assert_allclose(compiled.run({"x": x, "w": w})["y"], reference, rtol=1e-5, atol=1e-5)

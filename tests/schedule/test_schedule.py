@@ -198,3 +198,55 @@ def test_nested_parallel_loops_are_refused():
     s.parallel(i)
     with pytest.raises(ScheduleError, match="already runs i in parallel"):
         s.parallel(j)
+
+
+def _mm_bias_relu():
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((61, 83)).astype(np.float32)
+    b = rng.standard_normal(83).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["t"], name="mm"),
+        helper.make_node("Add", ["t", "b"], ["u"], name="bias"),
+        helper.make_node("Relu", ["u"], ["y"], name="relu"),
+    ]
+    model = _model(nodes, [_f("x", [97, 61])], [_f("y", [97, 83])],
+                   [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])  # fmt: skip
+    x = rng.standard_normal((97, 61)).astype(np.float32)
+    return model, x, np.maximum(x @ w + b, 0)
+
+
+def test_fusing_add_and_relu_into_the_matmul_leaves_no_intermediate_buffer():
+    model, x, want = _mm_bias_relu()
+    prog = po.load(model)
+    g = prog.schedule("mm", "bias", "relu")
+    _, j, _ = g.loops
+    g.compute_at("bias", j)
+    g.compute_at("relu", j)
+    text = str(g)
+    assert "      t[i][j] += (x[i][k] * w[k][j]);\n    u[i][j] = (t[i][j] + b[j]);" in text
+    lowered, _ = prog.compilable()
+    assert [k.name for k in lowered.kernels] == ["mm+bias+relu"]
+    assert "u" not in lowered.buffers  # the Add's output never exists
+    assert not any(s.write.buffer == "u" for s in lowered.kernels[0].statements)
+    (got,) = po.InferenceSession(prog).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    fresh = po.load(model)
+    fresh.apply(prog.trace)
+    (again,) = po.InferenceSession(fresh).run(None, {"x": x})
+    np.testing.assert_array_equal(again, got)
+
+
+def test_fusing_softmax_division_into_its_own_sum_loop_is_refused():
+    model = _model([helper.make_node("Softmax", ["x"], ["y"], name="sm")],
+                   [_f("x", [4, 9])], [_f("y", [4, 9])])  # fmt: skip
+    s = po.load(model).schedule("sm")
+    before = str(s)
+    with pytest.raises(ScheduleError, match=r"S5 needs several iterations of r1 at once"):
+        s.compute_at("S5", "r1")  # S5 divides by the sum S4 is still accumulating
+    assert str(s) == before
+
+
+def test_fused_kernels_must_be_consecutive():
+    model, _, _ = _mm_bias_relu()
+    with pytest.raises(ScheduleError, match="one after another"):
+        po.load(model).schedule("mm", "relu")
