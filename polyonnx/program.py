@@ -84,7 +84,7 @@ class Program:
         buffers fusion made needless removed), scripted schedules where there are some,
         default ones elsewhere."""
         groups = {n: key for key in self._schedules for n in key.split("+")}
-        kernels, schedules, dropped = [], [], set()
+        kernels, schedules, dropped, scratch = [], [], set(), {}
         for kernel in self.lowered.kernels:
             key = groups.get(kernel.name)
             if key is None:
@@ -94,12 +94,14 @@ class Program:
             if key.split("+")[0] != kernel.name:
                 continue  # a later member of a group: the group stands at its first member
             state = self._schedules[key].state
+            scratch.update(state.scratch)
             if "+" in key:
                 state, gone = fuse.inline_fused(state, self._read_outside(key))
                 dropped |= gone
             kernels.append(state.kernel)
             schedules.append(state.to_kernel_schedule())
         buffers = {n: b for n, b in self.lowered.buffers.items() if n not in dropped}
+        buffers.update(scratch)
         lowered = dataclasses.replace(
             self.lowered, kernels=tuple(kernels), buffers=MappingProxyType(buffers)
         )

@@ -46,15 +46,18 @@ def _any_element(buffer_id: str, rank: int) -> isl.Set:
     return isl.Set(f"{{ {buffer_id}[{', '.join(f'o{r}' for r in range(rank))}] }}")
 
 
-def dependences(kernel: Kernel) -> isl.UnionMap:
-    """Every (earlier → later) pair of instances that conflict on a buffer element."""
+def dependences(kernel: Kernel, order: isl.UnionMap | None = None) -> isl.UnionMap:
+    """Every (earlier → later) pair of instances that conflict on a buffer element, in the
+    kernel's original order, or in ``order`` (a schedule map defining the semantics, as
+    after a pack, whose scratch buffer is refilled per tile)."""
     reads, writes = access_relations(kernel)
     conflicts = (
         writes.apply_range(writes.reverse())
         .union(writes.apply_range(reads.reverse()))
         .union(reads.apply_range(writes.reverse()))
     )
-    order = original_schedule(kernel).isl_schedule().get_map()
+    if order is None:
+        order = original_schedule(kernel).isl_schedule().get_map()
     return conflicts.intersect(order.lex_lt_union_map(order))
 
 

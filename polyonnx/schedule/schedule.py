@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import islpy as isl
@@ -28,6 +27,7 @@ from polyonnx.krnl.ir import Buffer, Kernel
 from polyonnx.schedule import annotate, fuse
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.legality import broken_order
+from polyonnx.schedule.pack import pack as pack_buffer
 from polyonnx.schedule.reorder import reorder as reorder_loops
 from polyonnx.schedule.split import split as split_loop
 from polyonnx.schedule.state import State
@@ -53,6 +53,10 @@ class Schedule:
         self.buffers = dict(buffers)
         self.state = state or State.original(kernel)
         self._trace: list[dict[str, Any]] = []
+        self._deps: tuple[Kernel, isl.UnionMap] | None = None
+        self._reference: State | None = None
+        """After a pack, the schedule that defines the kernel's meaning (None: the
+        original statement order)."""
 
     # ---- reading ------------------------------------------------------------------------
 
@@ -72,11 +76,19 @@ class Schedule:
     def __str__(self) -> str:
         from polyonnx.emit.pseudo_c import pseudo_c
 
-        return pseudo_c(self.kernel_schedule(), self.buffers, self.state)
+        return pseudo_c(self.kernel_schedule(), self.all_buffers(), self.state)
 
-    @cached_property
+    @property
     def deps(self) -> isl.UnionMap:
-        return dependences(self.kernel)
+        """Dependences of the kernel as the schedule has it now (pack adds statements)."""
+        kernel = self.state.kernel
+        if self._deps is None or self._deps[0] is not kernel:
+            order = self._reference.isl_schedule().get_map() if self._reference else None
+            self._deps = (kernel, dependences(kernel, order))
+        return self._deps[1]
+
+    def all_buffers(self) -> dict[str, Buffer]:
+        return {**self.buffers, **self.state.scratch}
 
     # ---- primitives ---------------------------------------------------------------------
 
@@ -127,6 +139,28 @@ class Schedule:
             annotate.parallel(self.state, self.deps, name), "parallel", name, {"loop": name}
         )
 
+    def pack(self, buffer: str, at: LoopArg) -> None:
+        """Copy the region of ``buffer`` that the loops inside ``at`` read into a contiguous
+        scratch buffer, once per iteration of ``at``, and read it from there."""
+        loop = self._name(at, "pack")
+        if buffer not in self.buffers:
+            raise ScheduleError(
+                f"pack({buffer!r}, at={loop}): kernel {self.kernel.name!r} has no buffer {buffer!r}"
+            )
+        state = pack_buffer(self.state, self.all_buffers(), buffer, loop)
+        # Correct by construction: only a read-only input is copied, per iteration of
+        # ``loop``, right before the loops that read it; the other statements keep their
+        # order. From now on this schedule is the reference that later steps must respect.
+        self.state = state
+        self._reference = state
+        self._trace.append(
+            {
+                "kernel": self.kernel.name,
+                "primitive": "pack",
+                "args": {"buffer": buffer, "at": loop},
+            }
+        )
+
     def compute_at(self, name: str, loop: LoopArg) -> None:
         """Run kernel ``name``'s statements (or the one statement ``name``) inside ``loop``
         of the statements before them, after that loop's inner loops, aligned to the
@@ -159,6 +193,8 @@ class Schedule:
                 self.reorder(*args["loops"])
             elif primitive == "unroll":
                 self.unroll(args["loop"], args.get("factor"))
+            elif primitive == "pack":
+                self.pack(args["buffer"], args["at"])
             elif primitive == "compute_at":
                 self.compute_at(args["name"], args["loop"])
             elif primitive in ("vectorize", "parallel"):
@@ -179,7 +215,8 @@ class Schedule:
         return name
 
     def _commit(self, state: State, primitive: str, loop: str, args: dict[str, Any]) -> None:
-        broken = broken_order(state, self.deps)
+        deps = self.deps if state.kernel is self.state.kernel else dependences(state.kernel)
+        broken = broken_order(state, deps)
         if broken is not None:
             raise ScheduleError(
                 f"{primitive}({loop}) on kernel {self.kernel.name!r} would break a dependence: "

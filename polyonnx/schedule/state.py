@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 import islpy as isl
 
-from polyonnx.krnl.ir import Kernel, Statement
+from polyonnx.krnl.ir import Buffer, Kernel, Statement
 from polyonnx.krnl.islutil import dim_names, parse_set
 from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
 
@@ -54,7 +54,10 @@ class State:
     marks: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
     attach: Mapping[str, tuple[str, int]] = field(default_factory=lambda: MappingProxyType({}))
     """Fusion: statement -> (host statement, depth). The statement shares the host's loops
-    0..depth and runs after the host's inner loops in each iteration of them."""
+    0..depth; in each iteration of them, statements run in kernel order (a pack copy, put
+    before its consumer, runs before the host's inner loops; a fused consumer after)."""
+    scratch: Mapping[str, Buffer] = field(default_factory=lambda: MappingProxyType({}))
+    """Buffers the schedule introduced (pack copies)."""
 
     @staticmethod
     def original(kernel: Kernel) -> State:
@@ -107,14 +110,13 @@ class State:
         for stmt in self.kernel.statements:
             if stmt.name in self.attach:
                 continue
-            guests = [
-                s.name
-                for s in self.kernel.statements
-                if self.attach.get(s.name, ("",))[0] == stmt.name
-            ]
+            guests = [s.name for s in self.kernel.statements if self.host(s.name) == stmt.name]
             depth = self.attach[guests[0]][1] if guests else -1
             found.append((stmt.name, guests, depth))
         return found
+
+    def host(self, statement: str) -> str | None:
+        return self.attach[statement][0] if statement in self.attach else None
 
     def isl_schedule(self) -> isl.Schedule:
         """A sequence of the statement groups; a group is one statement, or a host with the
@@ -128,10 +130,12 @@ class State:
             domain = domain.union(piece)
             filters = filters.add(piece)
         top = isl.Schedule.from_domain(domain).get_root().child(0).insert_sequence(filters)
+        order = [st.name for st in stmts]
         for index, (root, guests, depth) in enumerate(groups):
             leaf = top.child(index).child(0)
             if guests:
-                node = self._insert_group(leaf, [root, *guests], depth)
+                members = sorted([root, *guests], key=order.index)
+                node = self._insert_group(leaf, members, depth)
             else:
                 node = self._insert_nest(leaf, self.statement(root), self.nest(root))
             top = node.ancestor(node.get_tree_depth() - top.get_tree_depth())

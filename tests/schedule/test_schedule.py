@@ -54,7 +54,8 @@ CASES = _cases()
 @st.composite
 def steps(draw, max_steps=5):
     return [
-        (draw(st.sampled_from(["split", "reorder", "vectorize", "unroll", "tile", "parallel"])),
+        (draw(st.sampled_from(["split", "reorder", "vectorize", "unroll", "tile", "parallel",
+                               "pack"])),
          draw(st.integers(0, 10**6)), draw(st.sampled_from(FACTORS)))
         for _ in range(draw(st.integers(1, max_steps)))
     ]  # fmt: skip
@@ -73,6 +74,9 @@ def _apply(s: po.Schedule, primitive: str, pick: int, factor: int) -> None:
         s.vectorize(loop)
     elif primitive == "parallel":
         s.parallel(loop)
+    elif primitive == "pack":
+        inputs = sorted(s.kernel.reads() - s.kernel.writes())
+        s.pack(inputs[pick % len(inputs)], at=loop)
     elif primitive == "unroll":
         s.unroll(loop, factor if pick % 2 else None)
     else:
@@ -250,3 +254,35 @@ def test_fused_kernels_must_be_consecutive():
     model, _, _ = _mm_bias_relu()
     with pytest.raises(ScheduleError, match="one after another"):
         po.load(model).schedule("mm", "relu")
+
+
+def test_pack_copies_a_tile_per_iteration_and_replays():
+    model, x, want = _odd_matmul()
+    prog = po.load(model)
+    s = prog.schedule("mm")
+    i, j, k = s.loops
+    jo, ji = s.split(j, 32)
+    io, ii = s.split(i, 8)
+    s.reorder(jo, io, k, ii, ji)
+    s.pack("b", at=jo)
+    s.vectorize(ji)
+    text = str(s)
+    assert "b.pack0[P_b_t0][P_b_t1] = b[P_b_t0][(32 * j_o) + P_b_t1];" in text
+    assert "* b.pack0[k][j_i]);" in text
+    lowered, _ = prog.compilable()
+    assert lowered.buffers["b.pack0"].shape == (61, 32)
+    (got,) = po.InferenceSession(prog).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    fresh = po.load(model)
+    fresh.apply(prog.trace)
+    assert str(fresh.schedule("mm")) == text
+
+
+def test_pack_refuses_buffers_the_kernel_writes_and_unknown_ones():
+    model, _, _ = _odd_matmul()
+    s = po.load(model).schedule("mm")
+    _, j, _ = s.loops
+    with pytest.raises(ScheduleError, match="exactly one statement under j must read 'y'"):
+        s.pack("y", at=j)
+    with pytest.raises(ScheduleError, match="has no buffer 'q'"):
+        s.pack("q", at=j)
