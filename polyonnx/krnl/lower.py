@@ -214,6 +214,9 @@ def _place_outputs(ctx: LowerContext) -> None:
         source = f"{name}.src"
         ctx.buffers[source] = ctx.buffers[name]
         ctx.views[source] = ctx.views.pop(name)
+        for view, base in list(ctx.views.items()):  # other views read the source, not the
+            if base == name:  # copy, which only runs at the end
+                ctx.views[view] = source
         shape = ctx.buffers[name].shape
         dims = kb.dims("d", len(shape))
         body = kb.load(kb.access(source, "S0", dims, dims), ctx.buffers[name].dtype)

@@ -335,3 +335,22 @@ def test_same_tensor_listed_twice_as_output():
     first, second = polyonnx.InferenceSession(model).run(None, {"x": x})
     assert_matches(first, np.maximum(x, 0))
     assert_matches(second, np.maximum(x, 0))
+
+
+def test_views_of_an_output_that_is_a_view_of_an_input_read_the_data():
+    """KU = Unsqueeze(K) is an output (a copy of K at the end); Y reads a view of KU."""
+    nodes = [
+        helper.make_node("Unsqueeze", ["k", "axes"], ["ku"]),
+        helper.make_node("Reshape", ["ku", "shape"], ["r"]),
+        helper.make_node("Mul", ["r", "r"], ["y"]),
+    ]
+    model = make_model(
+        nodes,
+        [value_info("k", np.float32, [6])],
+        [value_info("ku", np.float32, [1, 6]), value_info("y", np.float32, [6])],
+        {"axes": np.array([0], np.int64), "shape": np.array([6], np.int64)},
+    )
+    k = np.arange(1, 7, dtype=np.float32)
+    ku, y = polyonnx.InferenceSession(model).run(None, {"k": k})
+    np.testing.assert_array_equal(ku, k[None])
+    np.testing.assert_array_equal(y, k * k)
