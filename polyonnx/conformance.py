@@ -78,6 +78,11 @@ def reason(error: str) -> str:
         ),
         (r"uses opset (\d+); polyonnx needs", "opset {} is older than 7"),
         (r"training mode", "training-mode op"),
+        (
+            r"(\w+) node '[^']*': input \d+ \((\w+)\) must be a constant",
+            "{}'s {} is computed at run time (values are specialised only for graph inputs)",
+        ),
+        (r"has no tensor type of known rank", "sequence or optional input type"),
         (r"(Not equal to tolerance|Mismatched elements)", "numerical mismatch"),
     ]
     for pattern, text in rules:

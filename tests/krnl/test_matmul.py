@@ -18,6 +18,7 @@ from tests.helpers import (
     fast,
     node_model,
     random_array,
+    run_node,
     seeds,
     sum_tol,
 )
@@ -146,3 +147,13 @@ def test_gemm(trans_a, trans_b, m, k, n, c_form, alpha, beta, seed):
     attrs |= {k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None}
     args = [a, b] if c is None else [a, b, c]
     check_node("Gemm", args, expected.astype(np.float32), tol=sum_tol(4 * k), opset=13, **attrs)
+
+
+def test_float16_matmul_accumulates_in_float32():
+    """An fp16 accumulator loses ~log2(K) bits; numpy sums fp16 products in float32."""
+    rng = np.random.default_rng(11)
+    a = rng.uniform(0, 1, (4, 1024)).astype(np.float16)
+    b = rng.uniform(0, 1, (1024, 3)).astype(np.float16)
+    (got,) = run_node("MatMul", [a, b], [a @ b])
+    want = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
+    np.testing.assert_array_equal(got, want)

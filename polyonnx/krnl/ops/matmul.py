@@ -45,7 +45,8 @@ def lower_matmul(ctx: LowerContext, node: Node) -> None:
         kb.load(kb.access(b.name, "S1", full, b_index), b.dtype),
     )
     out = ctx.output(node.outputs[0], out_shape, a.dtype)
-    ctx.kernel(node, _contraction(out.name, out_dims, out_shape, k, kb.const(0, a.dtype), product))
+    init = kb.const(0, a.dtype)
+    ctx.kernel(node, _contraction(ctx, out.name, out_dims, out_shape, k, init, product))
 
 
 @lowers("Gemm")
@@ -74,15 +75,26 @@ def lower_gemm(ctx: LowerContext, node: Node) -> None:
             init = kb.binary("mul", kb.const(beta, a.dtype), init)
     out = ctx.output(node.outputs[0], (m, n), a.dtype)
     product = kb.binary("mul", a_load, b_load)
-    ctx.kernel(node, _contraction(out.name, ["i", "j"], (m, n), k, init, product))
+    ctx.kernel(node, _contraction(ctx, out.name, ["i", "j"], (m, n), k, init, product))
 
 
 def _contraction(
-    out: str, dims: list[str], shape, k: int, init: Expr, product: Expr
+    ctx: LowerContext, out: str, dims: list[str], shape, k: int, init: Expr, product: Expr
 ) -> list[Statement]:
+    """Init, then the sum over k. float16 sums run in a float32 temp rounded once at the
+    end, as numpy does: an fp16 accumulator loses about log2(k) bits."""
     full = [*dims, "k"]
-    init_stmt = Statement("S0", kb.box("S0", dims, shape), kb.access(out, "S0", dims, dims), init)
+    half = product.dtype == "float16"
+    acc = ctx.temp(out + ".acc", shape, "float32").name if half else out
+    if half:
+        init = kb.cast(init, "float32")
+        product = kb.binary("mul", *(kb.cast(x, "float32") for x in (product.a, product.b)))
+    init_stmt = Statement("S0", kb.box("S0", dims, shape), kb.access(acc, "S0", dims, dims), init)
     update = Statement(
-        "S1", kb.box("S1", full, [*shape, k]), kb.access(out, "S1", full, dims), product, "add"
+        "S1", kb.box("S1", full, [*shape, k]), kb.access(acc, "S1", full, dims), product, "add"
     )
-    return [init_stmt, update]
+    if not half:
+        return [init_stmt, update]
+    rounded = kb.cast(kb.load(kb.access(acc, "S2", dims, dims), "float32"), "float16")
+    final = Statement("S2", kb.box("S2", dims, shape), kb.access(out, "S2", dims, dims), rounded)
+    return [init_stmt, update, final]
