@@ -5,6 +5,7 @@ Run ``python examples/make_mlp.py`` to regenerate it (fixed seed, so the file is
 
 from __future__ import annotations
 
+import itertools
 import pathlib
 
 import numpy as np
@@ -16,7 +17,7 @@ def make_mlp(batch: int | str = 8, sizes=(784, 512, 256, 10), seed: int = 0) -> 
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
     x = "input"
-    for layer, (n_in, n_out) in enumerate(zip(sizes, sizes[1:], strict=False)):
+    for layer, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
         w = (rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32)
         b = (rng.standard_normal(n_out) * 0.1).astype(np.float32)
         inits += [numpy_helper.from_array(w, f"w{layer}"), numpy_helper.from_array(b, f"b{layer}")]

@@ -141,12 +141,23 @@ class _KernelWalker:
             for k in range(len(free))
         ]
         count = len(self.pointers)
-        pointed = zip(free[:count], words[:count], strict=True)
-        pointers = {name: b.inttoptr(w, PTR) for (name, _), w in pointed}
-        env = {name: w for (name, _), w in zip(free[count:], words[count:], strict=True)}
-        inner = _KernelWalker(b, self.ast, pointers, self.buffers, self.width)
-        inner.loop(node, env, lo, last=hi)
+        n_env = len(free) - count
+        core = ir.Function(
+            fn.module,
+            ir.FunctionType(ir.VoidType(), [PTR] * count + [I64] * (n_env + 2)),
+            fn.name + ".core",
+        )
+        for arg in core.args[:count]:
+            arg.add_attribute("noalias")
+        args = [b.inttoptr(w, PTR) for w in words[:count]] + words[count:] + [lo, hi]
+        b.call(core, args)
         b.ret_void()
+        cb = ir.IRBuilder(core.append_basic_block("entry"))
+        pointers = {name: a for (name, _), a in zip(free[:count], core.args[:count], strict=True)}
+        env = {name: a for (name, _), a in zip(free[count:], core.args[count:-2], strict=True)}
+        inner = _KernelWalker(cb, self.ast, pointers, self.buffers, self.width)
+        inner.loop(node, env, core.args[-2], last=core.args[-1])
+        cb.ret_void()
 
     def branch(self, node: isl.AstNode, env: Env) -> None:
         cond = self.expr(node.if_get_cond(), env)
