@@ -132,7 +132,7 @@ def test_every_schedule_error_example_raises_it(doc):
 def test_the_page_covers_every_primitive(doc):
     outcomes, _, _ = doc
     code = "\n".join(o.block.code for o in outcomes)
-    for primitive in ("split", "tile", "reorder", "vectorize", "unroll", "parallel"):
+    for primitive in ("split", "tile", "reorder", "vectorize", "unroll", "parallel", "pack"):
         assert f".{primitive}(" in code
     assert ".compute_at(" in code and ".apply(" in code and ".trace" in code
 
