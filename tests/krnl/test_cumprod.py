@@ -1,4 +1,4 @@
-"""CumProd (polyonnx/krnl/ops/cumprod.py) against numpy."""
+"""CumProd (polyonnx/krnl/ops/scan.py) against numpy."""
 
 from __future__ import annotations
 

@@ -265,7 +265,8 @@ def matmul_cases(draw):
     m, k, n = draw(dim), draw(dim), draw(dim)
     batch = draw(st.lists(st.sampled_from([1, 2, 3]), max_size=2))
     a = (*batch, m, k) if draw(st.booleans()) else (k,)
-    b_batch = [1 if draw(st.booleans()) else d for d in batch][: draw(st.integers(0, len(batch)))]
+    ones = [1 if draw(st.booleans()) else d for d in batch]
+    b_batch = ones[len(ones) - draw(st.integers(0, len(ones))) :]  # a suffix: numpy aligns right
     b = (*b_batch, k, n) if draw(st.booleans()) else (k,)
     forms = ["scalar", "vector", "nd"] if len(a) > 1 else ["scalar"]
     a_form = draw(st.sampled_from(forms))

@@ -17,7 +17,8 @@ an existential (stride) constraint::
 
 The group dim ``g`` only appears when ``group > 1``. float16 sums accumulate in a float32
 temp and are rounded once at the end. :class:`Axis` and :func:`window` (the sliding-window
-geometry: auto_pad, pads, strides, dilations, ceil_mode) are shared with the pools.
+geometry: auto_pad, pads, strides, dilations, ceil_mode) are shared with the pools;
+:func:`channels` and :func:`contraction` with QLinearConv (krnl/ops/quant.py).
 """
 
 from __future__ import annotations
@@ -237,22 +238,53 @@ class Channels:
         return affine([(self.c_in, "g"), (1, "c")]) if self.group > 1 else "c"
 
 
-def _group(node: Node, x: Buffer, w: Buffer, transposed: bool) -> Channels:
-    """Check the channel counts of a (transposed) convolution; returns its Channels.
-    Conv weights are [M, C/group, k..]; ConvTranspose weights are [C, M/group, k..]."""
+def channels(node: Node, x: Buffer, w: Buffer, transposed: bool = False) -> Channels:
+    """Check a (transposed) convolution's input (N x C x D1 x ...), its weights' rank and
+    its channel counts; returns its Channels. Conv weights are [M, C/group, k..];
+    ConvTranspose weights are [C, M/group, k..]."""
+    spatial_input(node, x)
+    if len(w.shape) != len(x.shape):
+        raise LoweringError(
+            f"{node.op_type} node {node.name!r}: weights of shape {list(w.shape)} do not "
+            f"match an input of rank {len(x.shape)}"
+        )
     group = int(node.attr("group", 1))
-    channels = x.shape[1]
+    c = x.shape[1]
     w_in, w_out = (w.shape[0], w.shape[1]) if transposed else (w.shape[1], w.shape[0])
-    ok = group >= 1 and channels % group == 0
-    ok = ok and w_in == (channels if transposed else channels // group)
+    ok = group >= 1 and c % group == 0
+    ok = ok and w_in == (c if transposed else c // group)
     ok = ok and (transposed or w_out % group == 0)
     if not ok:
         raise LoweringError(
-            f"{node.op_type} node {node.name!r}: {channels} input channels, group {group} "
+            f"{node.op_type} node {node.name!r}: {c} input channels, group {group} "
             f"and weights of shape {list(w.shape)} do not agree"
         )
     m_out = w_out if transposed else w_out // group
-    return Channels(group, channels // group, m_out, len(x.shape) - 2)
+    return Channels(group, c // group, m_out, len(x.shape) - 2)
+
+
+def contraction(
+    ch: Channels,
+    batch: int,
+    axes: Sequence[Axis],
+    acc: Buffer,
+    product: Expr,
+    constraints: Sequence[str],
+    exists: Sequence[str] = (),
+    exists_constraints: Sequence[str] = (),
+) -> Statement:
+    """``S1: acc[n, g*Mg + m, o..] += product`` over (n, [g,] m, o.., c, k..) cut by
+    ``constraints`` (and existential ``exists``): the reduction of every convolution,
+    Conv, ConvInteger, QLinearConv and ConvTranspose alike."""
+    dims = ch.dims()
+    shape = ch.shape(batch, [a.out for a in axes], [a.kernel for a in axes])
+    return Statement(
+        "S1",
+        domain("S1", dims, shape, constraints, exists, exists_constraints),
+        kb.access(acc.name, "S1", dims, ["n", ch.m, *ch.out_dims]),
+        product,
+        "add",
+    )
 
 
 def _init(ctx: LowerContext, node: Node, acc: Buffer, bias: str) -> Statement:
@@ -275,13 +307,7 @@ def _init(ctx: LowerContext, node: Node, acc: Buffer, bias: str) -> Statement:
 @lowers("Conv", "ConvInteger")
 def lower_conv(ctx: LowerContext, node: Node) -> None:
     x, w = ctx.buffer(node.inputs[0]), ctx.buffer(node.inputs[1])
-    spatial_input(node, x)
-    if len(w.shape) != len(x.shape):
-        raise LoweringError(
-            f"{node.op_type} node {node.name!r}: weights of shape {list(w.shape)} do not "
-            f"match an input of rank {len(x.shape)}"
-        )
-    ch = _group(node, x, w, transposed=False)
+    ch = channels(node, x, w)
     axes = window(node, x.shape[2:], kernel_shape(node, w.shape[2:]))
     out_shape = (x.shape[0], w.shape[0], *(a.out for a in axes))
     integer = node.op_type == "ConvInteger"
@@ -296,18 +322,8 @@ def lower_conv(ctx: LowerContext, node: Node) -> None:
         xs, ws = _centred(ctx, node, xs, ws, dims, ch)
     else:
         xs, ws = kb.cast(xs, acc.dtype), kb.cast(ws, acc.dtype)
-    update = Statement(
-        "S1",
-        domain(
-            "S1",
-            dims,
-            ch.shape(x.shape[0], out_shape[2:], [a.kernel for a in axes]),
-            [a.inside(o[r], k[r]) for r, a in enumerate(axes)],
-        ),
-        kb.access(acc.name, "S1", dims, ["n", ch.m, *o]),
-        kb.binary("mul", xs, ws),
-        "add",
-    )
+    inside = [a.inside(o[r], k[r]) for r, a in enumerate(axes)]
+    update = contraction(ch, x.shape[0], axes, acc, kb.binary("mul", xs, ws), inside)
     bias = "" if integer else node.input(2)
     stmts = [_init(ctx, node, acc, bias), update]
     if acc is not out:
@@ -397,13 +413,7 @@ def transpose_window(node: Node, spatial: Sequence[int], kernel: Sequence[int]) 
 @lowers("ConvTranspose")
 def lower_conv_transpose(ctx: LowerContext, node: Node) -> None:
     x, w = ctx.buffer(node.inputs[0]), ctx.buffer(node.inputs[1])
-    spatial_input(node, x)
-    if len(w.shape) != len(x.shape):
-        raise LoweringError(
-            f"ConvTranspose node {node.name!r}: weights of shape {list(w.shape)} do not match "
-            f"an input of rank {len(x.shape)}"
-        )
-    ch = _group(node, x, w, transposed=True)
+    ch = channels(node, x, w, transposed=True)
     axes = transpose_window(node, x.shape[2:], kernel_shape(node, w.shape[2:]))
     out_shape = (x.shape[0], ch.m_out * ch.group, *(a.out for a in axes))
     out = ctx.output(node.outputs[0], out_shape, x.dtype)
@@ -422,19 +432,9 @@ def lower_conv_transpose(ctx: LowerContext, node: Node) -> None:
         exists_constraints.append(f"{source} = {a.stride}*e{r} and 0 <= e{r} < {a.size}")
     xs = kb.load(kb.access(x.name, "S1", dims, ["n", ch.c, *index]), x.dtype)
     ws = kb.load(kb.access(w.name, "S1", dims, [ch.c, "m", *k]), w.dtype)
-    update = Statement(
-        "S1",
-        domain(
-            "S1",
-            dims,
-            ch.shape(x.shape[0], out_shape[2:], [a.kernel for a in axes]),
-            constraints,
-            exists,
-            exists_constraints,
-        ),
-        kb.access(acc.name, "S1", dims, ["n", ch.m, *o]),
-        kb.binary("mul", kb.cast(xs, acc.dtype), kb.cast(ws, acc.dtype)),
-        "add",
+    product = kb.binary("mul", kb.cast(xs, acc.dtype), kb.cast(ws, acc.dtype))
+    update = contraction(
+        ch, x.shape[0], axes, acc, product, constraints, exists, exists_constraints
     )
     stmts = [_init(ctx, node, acc, node.input(2)), update]
     if acc is not out:

@@ -19,17 +19,8 @@ from polyonnx.krnl import build as kb
 from polyonnx.krnl.ir import Expr, Iter, Statement, is_float
 from polyonnx.krnl.islutil import parse_set
 from polyonnx.krnl.lower import LowerContext, lowers
+from polyonnx.krnl.ops.constant import constant_scalar
 from polyonnx.krnl.ops.elementwise import ONNX_DTYPES
-
-
-def _scalar(ctx: LowerContext, node: Node, index: int, what: str) -> np.ndarray:
-    value = np.asarray(ctx.require_constant(node, index, what))
-    if value.size != 1:
-        raise LoweringError(
-            f"{node.op_type} node {node.name!r}: {what} must have one element, has shape "
-            f"{value.shape}"
-        )
-    return value.reshape(())
 
 
 def _statement(name: str, domain: str, out: str, dims: list[str], body: Expr) -> Statement:
@@ -50,9 +41,9 @@ def _region(name: str, dims: list[str], shape, extra: str) -> str | None:
 def lower_range(ctx: LowerContext, node: Node) -> None:
     """``out[i] = start + i * delta`` for ``max(ceil((limit - start) / delta), 0)`` values
     (floats computed in float64, then rounded once to the output type)."""
-    start = _scalar(ctx, node, 0, "start")
-    limit = _scalar(ctx, node, 1, "limit")
-    delta = _scalar(ctx, node, 2, "delta")
+    start = constant_scalar(ctx, node, 0, "start")
+    limit = constant_scalar(ctx, node, 1, "limit")
+    delta = constant_scalar(ctx, node, 2, "delta")
     dtype = start.dtype.name
     if delta == 0:
         raise LoweringError(f"Range node {node.name!r}: delta is 0")
@@ -118,7 +109,7 @@ def lower_trilu(ctx: LowerContext, node: Node) -> None:
     rank = len(x.shape)
     if rank < 2:
         raise LoweringError(f"Trilu node {node.name!r}: input must be at least 2-D, is {x.shape}")
-    k = int(_scalar(ctx, node, 1, "k")) if node.input(1) else 0
+    k = int(constant_scalar(ctx, node, 1, "k")) if node.input(1) else 0
     upper = bool(int(node.attr("upper", 1)))
     out = ctx.output(node.outputs[0], x.shape, x.dtype)
     if not out.size:
@@ -146,7 +137,7 @@ def lower_one_hot(ctx: LowerContext, node: Node) -> None:
     from ``depth`` and any other out-of-range index matching nothing."""
     indices = ctx.buffer(node.inputs[0])
     values = ctx.buffer(node.inputs[2])
-    depth = int(_scalar(ctx, node, 1, "depth").item())
+    depth = int(constant_scalar(ctx, node, 1, "depth").item())
     if depth < 0:
         raise LoweringError(f"OneHot node {node.name!r}: negative depth {depth}")
     if values.shape != (2,):

@@ -22,7 +22,7 @@ import numpy as np
 from polyonnx.errors import LoweringError
 from polyonnx.frontend.graph import Node
 from polyonnx.krnl import build as kb
-from polyonnx.krnl.ir import Statement
+from polyonnx.krnl.ir import Buffer, Statement
 from polyonnx.krnl.lower import LowerContext, lowers
 
 
@@ -45,6 +45,17 @@ def emit(ctx: LowerContext, node: Node, statements: list[Statement]) -> None:
     """Add the kernel, unless every statement's domain was empty (a zero-size output)."""
     if statements:
         ctx.kernel(node, statements)
+
+
+def read_copy(ctx: LowerContext, node: Node, x: Buffer, out: Buffer, read: Sequence[str]) -> None:
+    """The kernel ``out[d..] = x[read]`` over ``out``'s box, with ``read`` over the dims
+    ``d0, d1, ..`` (Slice's strided, Transpose's permuted, Expand's broadcast read); no
+    kernel for a zero-size output."""
+    if not out.size:
+        return
+    dims = kb.dims("d", len(out.shape))
+    domain = kb.box("S0", dims, out.shape)
+    ctx.kernel(node, [copy_statement("S0", out.name, x.name, x.dtype, dims, domain, dims, read)])
 
 
 def _axis(node: Node, axis: int, rank: int) -> int:
@@ -178,11 +189,7 @@ def lower_slice(ctx: LowerContext, node: Node) -> None:
     read = [
         f"{b} + {s}*{d}" if s != 1 or b else d for d, b, s in zip(dims, first, step, strict=True)
     ]
-    statements = []
-    if out.size:
-        domain = kb.box("S0", dims, shape)
-        statements.append(copy_statement("S0", out.name, x.name, x.dtype, dims, domain, dims, read))
-    emit(ctx, node, statements)
+    read_copy(ctx, node, x, out, read)
 
 
 def slice_range(start: int, end: int, step: int, n: int) -> tuple[int, int, int]:
@@ -231,11 +238,7 @@ def lower_transpose(ctx: LowerContext, node: Node) -> None:
     read = [""] * rank
     for r, p in enumerate(perm):
         read[p] = dims[r]
-    statements = []
-    if out.size:
-        domain = kb.box("S0", dims, shape)
-        statements.append(copy_statement("S0", out.name, x.name, x.dtype, dims, domain, dims, read))
-    emit(ctx, node, statements)
+    read_copy(ctx, node, x, out, read)
 
 
 @lowers("Expand")
@@ -249,11 +252,7 @@ def lower_expand(ctx: LowerContext, node: Node) -> None:
     out = ctx.output(node.outputs[0], shape, x.dtype)
     dims = kb.dims("d", len(shape))
     read = kb.broadcast_index(dims, x.shape)
-    statements = []
-    if out.size:
-        domain = kb.box("S0", dims, shape)
-        statements.append(copy_statement("S0", out.name, x.name, x.dtype, dims, domain, dims, read))
-    emit(ctx, node, statements)
+    read_copy(ctx, node, x, out, read)
 
 
 # ---- Tile ----------------------------------------------------------------------------

@@ -73,6 +73,15 @@ def _where(node: Node) -> str:
     return f"{node.op_type} node {node.name!r}"
 
 
+def _last_axis(node: Node, x: Buffer) -> int:
+    """The ``axis`` (default -1, normalised) of a normalisation that needs a float input of
+    rank >= 1: LayerNormalization, RMSNormalization, LpNormalization."""
+    _float_input(node, x)
+    if not x.shape:
+        raise LoweringError(f"{_where(node)}: input is a scalar")
+    return _axis(node, len(x.shape), -1)
+
+
 def _present(names: Sequence[str], index: int) -> str:
     return names[index] if index < len(names) else ""
 
@@ -324,12 +333,8 @@ def lower_layernorm(ctx: LowerContext, node: Node) -> None:
     """Normalise over axes ``axis..rank-1``; optional outputs Mean and InvStdDev have
     X's shape with those axes set to 1, in the stash type."""
     x = ctx.buffer(node.inputs[0])
-    _float_input(node, x)
-    rank = len(x.shape)
-    if rank == 0:
-        raise LoweringError(f"LayerNormalization node {node.name!r}: input is a scalar")
-    axis = _axis(node, rank, -1)
-    red = Reduction(x.shape, tuple(range(axis, rank)), keepdims=True)
+    axis = _last_axis(node, x)
+    red = Reduction(x.shape, tuple(range(axis, len(x.shape))), keepdims=True)
     stash = _stash_dtype(node)
     eps = float(node.attr("epsilon", 1e-5))
     out = ctx.output(node.outputs[0], x.shape, x.dtype).name
@@ -346,12 +351,8 @@ def lower_layernorm(ctx: LowerContext, node: Node) -> None:
 def lower_rmsnorm(ctx: LowerContext, node: Node) -> None:
     """y = x / sqrt(mean(x^2 over axes axis..rank-1) + eps) * scale."""
     x = ctx.buffer(node.inputs[0])
-    _float_input(node, x)
-    rank = len(x.shape)
-    if rank == 0:
-        raise LoweringError(f"RMSNormalization node {node.name!r}: input is a scalar")
-    axis = _axis(node, rank, -1)
-    red = Reduction(x.shape, tuple(range(axis, rank)), keepdims=True)
+    axis = _last_axis(node, x)
+    red = Reduction(x.shape, tuple(range(axis, len(x.shape))), keepdims=True)
     eps = float(node.attr("epsilon", 1e-5))
     out = ctx.output(node.outputs[0], x.shape, x.dtype).name
     stmts = normalize(
@@ -432,14 +433,11 @@ def lower_mvn(ctx: LowerContext, node: Node) -> None:
 def lower_lpnorm(ctx: LowerContext, node: Node) -> None:
     """y = x / ||x||_p along ``axis`` (p = 1 or 2); a zero norm gives 0, not NaN."""
     x = ctx.buffer(node.inputs[0])
-    _float_input(node, x)
-    rank = len(x.shape)
-    if rank == 0:
-        raise LoweringError(f"LpNormalization node {node.name!r}: input is a scalar")
+    axis = _last_axis(node, x)
     p = int(node.attr("p", 2))
     if p not in (1, 2):
         raise LoweringError(f"LpNormalization node {node.name!r}: p={p}; only 1 and 2 exist")
-    red = Reduction(x.shape, (_axis(node, rank, -1),), keepdims=True)
+    red = Reduction(x.shape, (axis,), keepdims=True)
     out = ctx.output(node.outputs[0], x.shape, x.dtype).name
 
     def finish(total: Expr) -> Expr:

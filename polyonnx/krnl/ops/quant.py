@@ -44,7 +44,7 @@ from polyonnx.frontend.graph import Node
 from polyonnx.krnl import build as kb
 from polyonnx.krnl.ir import DTYPES, Buffer, Expr, Statement, is_float
 from polyonnx.krnl.lower import LowerContext, lowers
-from polyonnx.krnl.ops.conv import Channels, domain, kernel_shape, spatial_input, window
+from polyonnx.krnl.ops.conv import channels, contraction, kernel_shape, window
 from polyonnx.krnl.ops.elementwise import ONNX_DTYPES
 
 INT_RANGES = {
@@ -616,24 +616,6 @@ def lower_qlinear_matmul(ctx: LowerContext, node: Node) -> None:
 # ---- QLinearConv -------------------------------------------------------------------------
 
 
-def _channels(node: Node, x: Buffer, w: Buffer) -> Channels:
-    """The grouping of a convolution with weights ``[M, C/group, k..]`` (as Conv's)."""
-    group = int(node.attr("group", 1))
-    c, m = x.shape[1], w.shape[0]
-    if (
-        len(w.shape) != len(x.shape)
-        or group < 1
-        or c % group
-        or m % group
-        or w.shape[1] * group != c
-    ):
-        raise LoweringError(
-            f"{_where(node)}: {c} input channels, group {group} and weights of shape "
-            f"{list(w.shape)} do not agree"
-        )
-    return Channels(group, c // group, m // group, len(x.shape) - 2)
-
-
 def _per_channel(ctx: LowerContext, node: Node, index: int, what: str, m: int) -> list[str]:
     """The index of a scalar or per-output-channel parameter, over dims ``n, m, ...``."""
     shape = ctx.buffer(node.input(index)).shape
@@ -654,8 +636,7 @@ def lower_qlinear_conv(ctx: LowerContext, node: Node) -> None:
     x, w = ctx.buffer(node.inputs[0]), ctx.buffer(node.inputs[3])
     _integer_operand(node, x, "x")
     _integer_operand(node, w, "w")
-    spatial_input(node, x)
-    ch = _channels(node, x, w)
+    ch = channels(node, x, w)
     axes = window(node, x.shape[2:], kernel_shape(node, w.shape[2:]))
     m = w.shape[0]
     out_shape = (x.shape[0], m, *(a.out for a in axes))
@@ -698,18 +679,8 @@ def lower_qlinear_conv(ctx: LowerContext, node: Node) -> None:
         ["0"] * len(ctx.buffer(node.input(2)).shape) if node.input(2) else [],
     )
     ws = _centred(ctx, node, w, w_zero, "w", "S1", dims, [ch.m, "c", *k], w_zero_at)
-    update = Statement(
-        "S1",
-        domain(
-            "S1",
-            dims,
-            ch.shape(x.shape[0], out_shape[2:], [a.kernel for a in axes]),
-            [a.inside(o[r], k[r]) for r, a in enumerate(axes)],
-        ),
-        kb.access(acc.name, "S1", dims, ["n", ch.m, *o]),
-        kb.binary("mul", xs, ws),
-        "add",
-    )
+    inside = [a.inside(o[r], k[r]) for r, a in enumerate(axes)]
+    update = contraction(ch, x.shape[0], axes, acc, kb.binary("mul", xs, ws), inside)
     scalar_at = ["0"] * len(ctx.buffer(node.input(1)).shape)
     scales = [
         (node.input(1), scalar_at),

@@ -1,15 +1,17 @@
-"""Scans along one axis: CumSum, and ReverseSequence.
+"""Scans along one axis: CumSum, CumProd, and ReverseSequence.
 
-CumSum is a sum reduction over a triangular domain: the output position ``i`` along the
-axis adds up every input position ``j`` on its side of it, so there is no loop-carried
-recurrence and every output element is independent::
+CumSum and CumProd are one reduction over a triangular domain (``add`` from 0, ``mul``
+from 1): the output position ``i`` along the axis combines every input position ``j`` on
+its side of it, so there is no loop-carried recurrence and every output element is
+independent::
 
-    S0: y[.., i, ..] = 0
-    S1: y[.., i, ..] += x[.., j, ..]    over 0 <= j <= i       (exclusive: j < i;
-                                                                reverse: i <= j < n)
+    S0: y[.., i, ..] = 0                                       (CumProd: = 1)
+    S1: y[.., i, ..] += x[.., j, ..]    over 0 <= j <= i       (CumProd: *=)
+                                        (exclusive: j < i; reverse: i <= j < n)
 
-That is n(n+1)/2 additions per line instead of n; the axes cumulative sums run over in
-models (positions, masks) are short.
+That is n(n+1)/2 operations per line instead of n; the axes cumulative sums and products
+run over in models (positions, masks) are short. ``exclusive`` starts each line with the
+identity (the empty sum or product).
 
 ReverseSequence reads each batch entry's first ``sequence_lens[b]`` time steps backwards
 (a LoadAt at a computed time index) and copies the rest.
@@ -23,31 +25,34 @@ from polyonnx.krnl import build as kb
 from polyonnx.krnl.ir import Expr, Iter, LoadAt, Statement, is_float
 from polyonnx.krnl.lower import LowerContext, lowers
 
+CUMULATIVE = {"CumSum": ("add", 0), "CumProd": ("mul", 1)}
+"""Cumulative op → (the reduction operator, its identity)."""
 
-@lowers("CumSum")
-def lower_cumsum(ctx: LowerContext, node: Node) -> None:
+
+@lowers(*CUMULATIVE)
+def lower_cumulative(ctx: LowerContext, node: Node) -> None:
+    """CumSum or CumProd: the triangular reduction of the module docstring."""
+    reduce, identity = CUMULATIVE[node.op_type]
     x = ctx.buffer(node.inputs[0])
     rank = len(x.shape)
+    where = f"{node.op_type} node {node.name!r}"
     axis_value = ctx.require_constant(node, 1, "axis")
     if axis_value.size != 1:
-        raise LoweringError(
-            f"CumSum node {node.name!r}: axis must be a scalar, got shape {axis_value.shape}"
-        )
-    axis = int(axis_value.reshape(()).item())
-    if not -rank <= axis < rank:
-        raise LoweringError(
-            f"CumSum node {node.name!r}: axis {axis} is out of range for an input of rank {rank}"
-        )
-    if x.dtype == "bool" or not (is_float(x.dtype) or x.dtype.startswith(("int", "uint"))):
-        raise LoweringError(f"CumSum node {node.name!r}: dtype {x.dtype} is not supported")
-    axis %= rank
+        raise LoweringError(f"{where}: axis must be a scalar, got shape {axis_value.shape}")
+    if rank == 0:
+        raise LoweringError(f"{where}: the input must have rank >= 1")
+    axis = kb.normalize_axis(int(axis_value.reshape(()).item()), rank, where)
+    if not (is_float(x.dtype) or x.dtype.startswith(("int", "uint"))):
+        raise LoweringError(f"{where}: dtype {x.dtype} is not supported")
     exclusive, reverse = int(node.attr("exclusive", 0)), int(node.attr("reverse", 0))
+    out = ctx.output(node.outputs[0], x.shape, x.dtype).name
+    if not x.size:
+        return
     n = x.shape[axis]
     dims = kb.dims("d", rank)
     i = dims[axis]
-    out = ctx.output(node.outputs[0], x.shape, x.dtype).name
     write = kb.access(out, "S0", dims, dims)
-    init = Statement("S0", kb.box("S0", dims, x.shape), write, kb.const(0, x.dtype))
+    init = Statement("S0", kb.box("S0", dims, x.shape), write, kb.const(identity, x.dtype))
 
     full = [*dims, "j"]
     first, second = (i, "j") if reverse else ("j", i)
@@ -56,7 +61,7 @@ def lower_cumsum(ctx: LowerContext, node: Node) -> None:
     domain = f"{{ S1[{', '.join(full)}] : {' and '.join(bounds)} }}"
     read = [("j" if r == axis else d) for r, d in enumerate(dims)]
     body = kb.load(kb.access(x.name, "S1", full, read), x.dtype)
-    update = Statement("S1", domain, kb.access(out, "S1", full, dims), body, "add")
+    update = Statement("S1", domain, kb.access(out, "S1", full, dims), body, reduce)
     ctx.kernel(node, [init, update])
 
 

@@ -39,6 +39,7 @@ from polyonnx.frontend.graph import Node
 from polyonnx.krnl import build as kb
 from polyonnx.krnl.ir import Buffer, Expr, Iter, LoadAt, Statement, is_float
 from polyonnx.krnl.lower import LowerContext, lowers
+from polyonnx.krnl.ops.constant import constant_scalar
 from polyonnx.krnl.ops.elementwise import ONNX_DTYPES
 
 WORK = "float64"
@@ -49,16 +50,6 @@ WINDOWS = {
     "HammingWindow": (25.0 / 46.0, 21.0 / 46.0, 0.0),
     "BlackmanWindow": (0.42, 0.5, 0.08),
 }
-
-
-def _scalar(ctx: LowerContext, node: Node, index: int, what: str) -> np.ndarray:
-    value = np.asarray(ctx.require_constant(node, index, what))
-    if value.size != 1:
-        raise LoweringError(
-            f"{node.op_type} node {node.name!r}: {what} must have one element, has shape "
-            f"{value.shape}"
-        )
-    return value.reshape(())
 
 
 def _output_dtype(node: Node) -> str:
@@ -95,7 +86,7 @@ def _finish(value: Expr, dtype: str) -> Expr:
 
 @lowers(*WINDOWS)
 def lower_window(ctx: LowerContext, node: Node) -> None:
-    size = int(_scalar(ctx, node, 0, "size"))
+    size = int(constant_scalar(ctx, node, 0, "size"))
     dtype = _output_dtype(node)
     if size < 0:
         raise LoweringError(f"{node.op_type} node {node.name!r}: size {size} is negative")
@@ -125,11 +116,11 @@ def lower_window(ctx: LowerContext, node: Node) -> None:
 @lowers("MelWeightMatrix")
 def lower_mel_weight_matrix(ctx: LowerContext, node: Node) -> None:
     where = f"MelWeightMatrix node {node.name!r}"
-    mel_bins = _scalar(ctx, node, 0, "num_mel_bins")
-    dft_length = _scalar(ctx, node, 1, "dft_length")
-    sample_rate = _scalar(ctx, node, 2, "sample_rate")
-    lower = _scalar(ctx, node, 3, "lower_edge_hertz")
-    upper = _scalar(ctx, node, 4, "upper_edge_hertz")
+    mel_bins = constant_scalar(ctx, node, 0, "num_mel_bins")
+    dft_length = constant_scalar(ctx, node, 1, "dft_length")
+    sample_rate = constant_scalar(ctx, node, 2, "sample_rate")
+    lower = constant_scalar(ctx, node, 3, "lower_edge_hertz")
+    upper = constant_scalar(ctx, node, 4, "upper_edge_hertz")
     dtype = _output_dtype(node)
     if int(mel_bins) < 0 or int(dft_length) < 0 or int(sample_rate) <= 0:
         raise LoweringError(
@@ -289,7 +280,7 @@ def lower_dft(ctx: LowerContext, node: Node) -> None:
     if not is_float(x.dtype):
         raise LoweringError(f"{where}: the input must be a float tensor, is {x.dtype}")
     if node.opset >= 20:
-        axis = int(_scalar(ctx, node, 2, "axis")) if node.input(2) else -2
+        axis = int(constant_scalar(ctx, node, 2, "axis")) if node.input(2) else -2
     else:
         axis = int(node.attr("axis", 1))
     axis = kb.normalize_axis(axis, rank, where)
@@ -299,7 +290,7 @@ def lower_dft(ctx: LowerContext, node: Node) -> None:
     onesided = bool(int(node.attr("onesided", 0)))
     length = x.shape[axis]
     if node.input(1):
-        n = int(_scalar(ctx, node, 1, "dft_length"))
+        n = int(constant_scalar(ctx, node, 1, "dft_length"))
     else:
         n = 2 * (length - 1) if inverse and onesided else length
     if n < 1:
@@ -338,10 +329,10 @@ def lower_stft(ctx: LowerContext, node: Node) -> None:
         )
     if not is_float(x.dtype):
         raise LoweringError(f"{where}: the signal must be a float tensor, is {x.dtype}")
-    step = int(_scalar(ctx, node, 1, "frame_step"))
+    step = int(constant_scalar(ctx, node, 1, "frame_step"))
     window = ctx.buffer(node.input(2)) if node.input(2) else None
     if node.input(3):
-        n = int(_scalar(ctx, node, 3, "frame_length"))
+        n = int(constant_scalar(ctx, node, 3, "frame_length"))
     else:
         n = window.shape[0] if window is not None else x.shape[1]
     if window is not None and window.shape != (n,):
