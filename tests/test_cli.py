@@ -56,7 +56,10 @@ def test_show_prints_domains_accesses_and_loop_nest(capsys):
     assert "S1: domain { S1[i, j, k] : 0 <= i < 8 and 0 <= j < 512 and 0 <= k < 784 }" in out
     assert "read  w0: { S1[i, j, k] -> [k, j] }" in out
     assert "#pragma vectorize" in out
-    assert "fc0[i][j] += (input[i][k] * w0[k][j]);" in out
+    # the default register-blocks the Gemm: 4 unrolled rows x a 64-wide vectorised tile
+    assert "for (int k = 0; k <= 783; k++)" in out
+    row = "[(4 * i_o) + 3]"
+    assert f"fc0{row}[(64 * j_o) + j_i] += (input{row}[k] * w0[k][(64 * j_o) + j_i]);" in out
     assert "=== kernel relu0" not in out
 
 

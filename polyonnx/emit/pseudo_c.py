@@ -19,7 +19,7 @@ def pseudo_c(schedule: KernelSchedule, buffers: dict[str, Buffer], state=None) -
     """``state`` (a schedule.state.State), when given, names loops after its loop names."""
     ast = build_ast(schedule, buffers)
     lines: list[str] = []
-    _Printer(ast, lines, state).node(ast.root, 0, {})
+    _Printer(ast, lines, state if state is not None else schedule.state).node(ast.root, 0, {})
     return "\n".join(lines)
 
 

@@ -15,12 +15,20 @@ import islpy as isl
 
 from polyonnx.krnl.ir import REDUCE_OPS, Buffer, Kernel, Statement, loads
 from polyonnx.krnl.islutil import dim_names, flat_stride, parse_set
+from polyonnx.schedule.blocking import blocked_schedule
 from polyonnx.schedule.tree import KernelSchedule, LoopNest, sequence_tree
 
 MIN_VECTOR_EXTENT = 4
 
 
-def default_schedule(kernel: Kernel, buffers: Mapping[str, Buffer]) -> KernelSchedule:
+def default_schedule(
+    kernel: Kernel, buffers: Mapping[str, Buffer], lanes: int = 16
+) -> KernelSchedule:
+    """Register-blocked for a contraction (schedule/blocking.py); otherwise each statement
+    in its own loop nest with the innermost loop chosen from access strides."""
+    blocked = blocked_schedule(kernel, buffers, lanes)
+    if blocked is not None:
+        return blocked
     return sequence_tree(kernel, [loop_nest(stmt, buffers) for stmt in kernel.statements])
 
 

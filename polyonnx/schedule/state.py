@@ -93,7 +93,7 @@ class State:
         return next(s for s in self.kernel.statements if s.name == name)
 
     def to_kernel_schedule(self) -> KernelSchedule:
-        return KernelSchedule(self.kernel, str(self.isl_schedule()))
+        return KernelSchedule(self.kernel, str(self.isl_schedule()), self)
 
     def with_attach(self, statement: str, host: str, depth: int, nest: Nest) -> State:
         attach = dict(self.attach)

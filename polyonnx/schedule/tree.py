@@ -5,22 +5,28 @@ frozen, picklable and printable. Marks in the tree carry intent for code generat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import islpy as isl
 
 from polyonnx.krnl.ir import Kernel, Statement
 from polyonnx.krnl.islutil import dim_names, parse_set
 
+if TYPE_CHECKING:
+    from polyonnx.schedule.state import State
+
 VECTORIZE = "vectorize"
 
 
 @dataclass(frozen=True)
 class KernelSchedule:
-    """One kernel plus the isl schedule tree that orders its statement instances."""
+    """One kernel plus the isl schedule tree that orders its statement instances (and,
+    when a schedule state built it, that state, whose loop names printing uses)."""
 
     kernel: Kernel
     tree: str
+    state: State | None = field(default=None, compare=False, repr=False)
 
     def isl_schedule(self) -> isl.Schedule:
         return isl.Schedule(self.tree)

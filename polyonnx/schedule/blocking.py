@@ -1,0 +1,104 @@
+"""Default register blocking for contractions (MatMul, Gemm, Conv, batched attention
+products): the sum ``Y[.., i, .., j] += A[.., i, .., k] * B[.., k, .., j]``.
+
+The SIMD loop J is the dim along which Y is contiguous; the blocked loop I is a dim the
+vector operand does not depend on, so each vector loaded along J is reused for MR rows.
+The statement becomes
+
+    for (outer) / for I_o / for J_o / for (reduction dims)
+        for I_i (unrolled, MR) / for J_i (SIMD, NR = 4 vectors)
+            Y[I, J] += splat(A[I, k]) * B[k, J]
+
+so the MR x NR accumulator tile stays in vector registers across the reduction loops
+(LLVM promotes it: the loops inside the reduction touch no other part of Y).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from polyonnx.errors import ScheduleError
+from polyonnx.krnl.ir import Binary, Buffer, Kernel, Load, Statement
+from polyonnx.krnl.islutil import dim_names, flat_stride, parse_set
+from polyonnx.schedule import annotate
+from polyonnx.schedule.deps import dependences
+from polyonnx.schedule.legality import broken_order
+from polyonnx.schedule.reorder import reorder
+from polyonnx.schedule.split import split
+from polyonnx.schedule.state import State
+from polyonnx.schedule.tree import KernelSchedule
+
+MR = 4
+VECTORS = 4
+MIN_EXTENT = 16
+
+
+def blocked_schedule(
+    kernel: Kernel, buffers: Mapping[str, Buffer], lanes: int
+) -> KernelSchedule | None:
+    """The register-blocked schedule of a kernel with one contraction, or None."""
+    found = [s for s in kernel.statements if _plan(s, buffers, lanes) is not None]
+    if len(found) != 1:
+        return None
+    stmt = found[0]
+    block, simd, reduced, outer = _plan(stmt, buffers, lanes)
+    extent = dict(zip(dim_names(stmt), _extents(stmt), strict=True))
+    state = State.original(kernel)
+    width = min(VECTORS * lanes, -(-extent[simd] // lanes) * lanes)
+    state, i_o, i_i = split(state, block, min(MR, extent[block]))
+    state, j_o, j_i = split(state, simd, width)
+    state = reorder(state, [*outer, i_o, j_o, *reduced, i_i, j_i])
+    deps = dependences(kernel)
+    if broken_order(state, deps) is not None:
+        return None
+    try:
+        state = annotate.unroll(annotate.vectorize(state, deps, j_i), i_i)
+    except ScheduleError:  # any refusal means: keep the plain default
+        return None
+    return state.to_kernel_schedule()
+
+
+def _plan(stmt: Statement, buffers: Mapping[str, Buffer], lanes: int):
+    """(block dim, simd dim, reduction dims, other dims) for a contraction, else None."""
+    if stmt.reduce != "add" or not isinstance(stmt.expr, Binary) or stmt.expr.op != "mul":
+        return None
+    operands = [stmt.expr.a, stmt.expr.b]
+    if not all(isinstance(x, Load) for x in operands) or stmt.expr.dtype not in (
+        "float32",
+        "float64",
+    ):
+        return None
+    names = dim_names(stmt)
+    extents = _extents(stmt)
+    shape = buffers[stmt.write.buffer].shape
+    strides = [flat_stride(stmt.write, shape, p) for p in range(len(names))]
+    reduced = [n for n, s in zip(names, strides, strict=True) if s == 0]
+    simd = [p for p, s in enumerate(strides) if s == 1 and extents[p] >= MIN_EXTENT]
+    if not reduced or not simd:
+        return None
+    j = simd[0]
+    vector = [x for x in operands if flat_stride(x.access, buffers[x.access.buffer].shape, j) == 1]
+    if len(vector) != 1:
+        return None
+    vec = vector[0]
+    blocks = [
+        p for p, s in enumerate(strides)
+        if p != j and s not in (0, None) and extents[p] >= 2
+        and flat_stride(vec.access, buffers[vec.access.buffer].shape, p) == 0
+    ]  # fmt: skip
+    if not blocks:
+        return None
+    i = blocks[-1]
+    outer = [n for p, n in enumerate(names) if p not in (i, j) and n not in reduced]
+    return names[i], names[j], reduced, outer
+
+
+def _extents(stmt: Statement) -> list[int]:
+    domain = parse_set(stmt.domain)
+    count = len(dim_names(stmt))
+    if domain.is_empty():
+        return [0] * count
+    return [
+        int(domain.dim_max_val(d).to_python()) - int(domain.dim_min_val(d).to_python()) + 1
+        for d in range(count)
+    ]
