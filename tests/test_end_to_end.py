@@ -138,3 +138,20 @@ def test_readme_main_job_line_runs_the_example():
     assert result.returncode == 0, result.stderr
     assert "output   probs: float32 [8, 10]" in result.stdout
     assert "latency" in result.stdout
+
+
+def test_readme_schedule_example_runs(capsys, monkeypatch):
+    """The README's scheduling snippet runs as written and shows the refusal it promises."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"## Scheduling a kernel yourself\n\n```python\n(.*?)```", readme, re.S)
+    assert code is not None
+    monkeypatch.chdir(ROOT)
+    exec(compile(code.group(1), "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert (
+        "parallel(k): k carries a reduction in S1 (S1[i=0, j=0, k=0] before S1[i=0, j=0, k=1])"
+        in out
+    )
+    assert "#pragma parallel\nfor (int i_o" in out
