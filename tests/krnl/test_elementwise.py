@@ -522,7 +522,7 @@ def _chain_model(sa, sb, sc):
     return make_model(nodes, inputs, [value_info("y", np.float32, [None] * rank)], constants)
 
 
-def _against_onnxruntime(model, feed, tol=FLOAT_TOL):
+def assert_matches_onnxruntime(model, feed, tol=FLOAT_TOL):
     ort = pytest.importorskip("onnxruntime")
     expected = ort.InferenceSession(model.SerializeToString()).run(None, feed)
     got = polyonnx.InferenceSession(model).run(None, feed)
@@ -539,7 +539,7 @@ def test_chain_against_onnxruntime():
         "c": random_array(rng, ()),
     }
     model = _chain_model((8, 1, 64), (1, 32, 1), ())
-    _against_onnxruntime(model, feed)
+    assert_matches_onnxruntime(model, feed)
 
 
 @fast(15)
@@ -547,7 +547,7 @@ def test_chain_against_onnxruntime():
 def test_chain_broadcast_against_onnxruntime(input_shapes, seed):
     rng = np.random.default_rng(seed)
     feed = {n: random_array(rng, s) for n, s in zip("abc", input_shapes, strict=True)}
-    _against_onnxruntime(_chain_model(*input_shapes), feed)
+    assert_matches_onnxruntime(_chain_model(*input_shapes), feed)
 
 
 def test_diamond_graph_against_onnxruntime():
@@ -582,7 +582,7 @@ def test_diamond_graph_against_onnxruntime():
     ]
     x_info = [value_info("x", np.float32, [31, 33])]
     model = make_model(nodes, x_info, outputs, constants, opset=13)
-    _against_onnxruntime(model, {"x": random_array(rng, (31, 33))}, sum_tol(33))
+    assert_matches_onnxruntime(model, {"x": random_array(rng, (31, 33))}, sum_tol(33))
 
 
 def test_node_model_feeds_graph_inputs():

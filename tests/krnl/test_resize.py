@@ -28,7 +28,9 @@ NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 SCALES = (0.5, 0.6, 0.75, 1.0, 1.5, 2.0, 3.0, 0.34)
 
 
-def compare(args, reference: str = "onnx", opset: int = 19, tol=TOL, **attrs) -> None:
+def check_against_reference(
+    args, reference: str = "onnx", opset: int = 19, tol=TOL, **attrs
+) -> None:
     """Run Resize (or the op in attrs["op"]) through polyonnx and the reference."""
     op = attrs.pop("op", "Resize")
     x = args[0]
@@ -85,7 +87,7 @@ def test_resize_matches_the_onnx_reference(case, mode, coordinates, nearest, dat
         # left inside all round to 0 and it outputs 0; polyonnx's float64 weights do not)
         if coordinates != "half_pixel_symmetric":
             attrs["exclude_outside"] = int(data.draw(st.booleans()))
-    compare([x, *_scales_or_sizes(data, shape, scales)], **attrs)
+    check_against_reference([x, *_scales_or_sizes(data, shape, scales)], **attrs)
 
 
 @fast(15)
@@ -99,7 +101,7 @@ def test_antialiased_filters_match_the_onnx_reference(case, mode, data, seed):
     shape, scales = case
     x = random_array(np.random.default_rng(seed), shape)
     args = [x, *_scales_or_sizes(data, shape, scales)]
-    compare(args, mode=mode, antialias=1)
+    check_against_reference(args, mode=mode, antialias=1)
 
 
 @fast(20)
@@ -120,7 +122,9 @@ def test_tf_crop_and_resize_extrapolates_outside_the_roi(case, mode, data, seed)
     roi = np.concatenate([starts, ends]).astype(np.float32)
     _, scales_arg, sizes_arg = _scales_or_sizes(data, shape, scales)
     attrs = {"mode": mode, "coordinate_transformation_mode": "tf_crop_and_resize"}
-    compare([x, const(roi), scales_arg, sizes_arg], extrapolation_value=-9.0, **attrs)
+    check_against_reference(
+        [x, const(roi), scales_arg, sizes_arg], extrapolation_value=-9.0, **attrs
+    )
 
 
 @pytest.mark.parametrize("policy", ["stretch", "not_larger", "not_smaller"])
@@ -129,7 +133,7 @@ def test_sizes_for_some_axes_with_a_keep_aspect_ratio_policy(policy, axes):
     x = random_array(np.random.default_rng(0), (1, 3, 5, 7))
     sizes = np.array([9, 4][: len(axes)], np.int64)
     attrs = {"mode": "linear", "axes": axes, "keep_aspect_ratio_policy": policy}
-    compare([x, None, None, const(sizes)], **attrs)
+    check_against_reference([x, None, None, const(sizes)], **attrs)
 
 
 def test_negative_axes_count_from_the_end():
@@ -147,14 +151,14 @@ def test_integer_images_are_rounded_and_saturated(dtype, mode):
     info = np.iinfo(dtype)
     x = rng.integers(max(info.min, -1000), min(info.max, 1000), (1, 2, 6, 5), endpoint=True)
     x = x.astype(dtype)
-    compare([x, None, const(np.array([1, 1, 1.7, 0.8], np.float32))], mode=mode)
+    check_against_reference([x, None, const(np.array([1, 1, 1.7, 0.8], np.float32))], mode=mode)
 
 
 def test_roi_and_scales_given_as_graph_inputs_are_specialised_on():
     x = random_array(np.random.default_rng(2), (1, 1, 4, 6))
     roi = np.array([0, 0, 0.1, 0.2, 1, 1, 0.8, 0.9], np.float32)
     scales = np.array([1, 1, 2, 1.5], np.float32)
-    compare(
+    check_against_reference(
         [x, roi, scales],
         mode="linear",
         coordinate_transformation_mode="tf_crop_and_resize",
@@ -180,7 +184,7 @@ def test_nearest_2x_is_a_repeat():
 def test_resize_of_opset_11_with_an_empty_scales_tensor_and_sizes():
     x = random_array(np.random.default_rng(3), (2, 3, 4))
     args = [x, const(np.zeros(0, np.float32)), const(np.zeros(0, np.float32))]
-    compare([*args, const(np.array([2, 5, 3], np.int64))], mode="linear", opset=11)
+    check_against_reference([*args, const(np.array([2, 5, 3], np.int64))], mode="linear", opset=11)
 
 
 # ---- opset < 11: Resize-10 and Upsample, against onnxruntime -----------------------------
@@ -190,7 +194,7 @@ def test_resize_of_opset_11_with_an_empty_scales_tensor_and_sizes():
 @pytest.mark.parametrize("scales", [[1, 1, 2, 3], [1, 1, 0.5, 0.6], [1, 1, 1.5, 1.25]])
 def test_resize_10_matches_onnxruntime(mode, scales):
     x = random_array(np.random.default_rng(4), (1, 2, 6, 5))
-    compare([x, const(np.array(scales, np.float32))], "ort", opset=10, mode=mode)
+    check_against_reference([x, const(np.array(scales, np.float32))], "ort", opset=10, mode=mode)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
@@ -199,9 +203,9 @@ def test_upsample_matches_onnxruntime(mode, opset):
     x = random_array(np.random.default_rng(5), (1, 2, 3, 4))
     scales = np.array([1, 1, 2, 2.5], np.float32)
     if opset == 7:
-        compare([x], "ort", opset=7, op="Upsample", mode=mode, scales=list(scales))
+        check_against_reference([x], "ort", opset=7, op="Upsample", mode=mode, scales=list(scales))
     else:
-        compare([x, const(scales)], "ort", opset=9, op="Upsample", mode=mode)
+        check_against_reference([x, const(scales)], "ort", opset=9, op="Upsample", mode=mode)
 
 
 # ---- refusals -------------------------------------------------------------------------

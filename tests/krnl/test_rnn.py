@@ -192,7 +192,7 @@ class Case:
         model, feed = self.model()
         return polyonnx.InferenceSession(model).run(None, feed)
 
-    def check(self, tol=TOL) -> None:
+    def assert_matches_reference(self, tol=TOL) -> None:
         got, expected = self.run(), self.expected()
         assert len(got) == len(expected)
         for actual, want in zip(got, expected, strict=True):
@@ -330,7 +330,7 @@ def test_recurrent_layer(op, direction, seq, batch, inputs, hidden, layout, flag
         bias=flags[0], lens=flags[1], h0=flags[2], c0=flags[3], peep=flags[4],
     )  # fmt: skip
     case.want = tuple(want) if op == "LSTM" or any(want[:2]) else (True, False)
-    case.check()
+    case.assert_matches_reference()
 
 
 @pytest.mark.parametrize(
@@ -359,7 +359,7 @@ def test_activations_clip_and_variants(op, extra, direction, clip, data):
         rng, op, direction, seq=2, batch=2, inputs=5, hidden=7, lens=True, h0=True, c0=True,
         peep=True, **attrs,
     )  # fmt: skip
-    case.check()
+    case.assert_matches_reference()
 
 
 @pytest.mark.parametrize(("op", "seq"), [("RNN", 17), ("GRU", 7), ("LSTM", 13)])
@@ -370,7 +370,7 @@ def test_long_sequences_with_ragged_lengths(op, seq):
         c0=True, peep=True,
     )  # fmt: skip
     case.args[4] = np.array([seq, 1, seq - 1, 5, 2], np.int32)
-    case.check()
+    case.assert_matches_reference()
 
 
 @pytest.mark.parametrize(
@@ -386,7 +386,7 @@ def test_other_float_types(op, dtype, tol):
         rng, op, "bidirectional", seq=3, batch=2, inputs=3, hidden=5, dtype=dtype,
         lens=True, h0=True, c0=True, peep=True,
     )  # fmt: skip
-    case.check(tol)
+    case.assert_matches_reference(tol)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -395,7 +395,7 @@ def test_opset_7(op):
     rng = np.random.default_rng(2)
     case = make_case(rng, op, "reverse", seq=3, batch=2, inputs=3, hidden=4, lens=True, h0=True)
     case.opset = 7
-    case.check()
+    case.assert_matches_reference()
 
 
 @pytest.mark.parametrize("full", [True, False])
@@ -406,7 +406,7 @@ def test_constant_weights_and_lengths(full):
     case = make_case(rng, "LSTM", "forward", seq=5, batch=3, inputs=3, hidden=5, lens=True)
     case.args[4] = np.array([5, 5, 5] if full else [5, 2, 4], np.int32)
     case.args = [case.args[0], *(const(a) for a in case.args[1:])]
-    case.check()
+    case.assert_matches_reference()
 
 
 def test_one_kernel_per_time_step():
@@ -432,13 +432,13 @@ def test_one_activation_set_serves_both_directions(op):
         np.random.default_rng(5), op, "bidirectional", seq=2, batch=2, inputs=3, hidden=3,
         h0=True, **attrs,
     )  # fmt: skip
-    case.check()
+    case.assert_matches_reference()
 
 
 # ---- refusals ------------------------------------------------------------------------------
 
 
-def _lowering_error(case: Case, match: str) -> None:
+def expect_lowering_error(case: Case, match: str) -> None:
     with pytest.raises(polyonnx.LoweringError, match=match):
         case.run()
 
@@ -449,18 +449,18 @@ def _small(op="RNN", **attrs) -> Case:
 
 
 def test_unknown_activation_is_refused():
-    _lowering_error(_small(activations=["Gelu"]), r"rnn_node.*unknown activation 'gelu'")
+    expect_lowering_error(_small(activations=["Gelu"]), r"rnn_node.*unknown activation 'gelu'")
 
 
 def test_wrong_activation_count_is_refused():
     case = _small("GRU", activations=["Tanh", "Tanh", "Tanh"])
-    _lowering_error(case, r"gru_node.*3 activations given, expected 2 per direction")
+    expect_lowering_error(case, r"gru_node.*3 activations given, expected 2 per direction")
 
 
 def test_hidden_size_must_match_r():
     case = _small()
     case.attrs["hidden_size"] = 4
-    _lowering_error(case, r"rnn_node.*hidden_size=4.*\(1, 3, 3\)")
+    expect_lowering_error(case, r"rnn_node.*hidden_size=4.*\(1, 3, 3\)")
 
 
 def test_integer_input_is_refused():
