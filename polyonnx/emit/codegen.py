@@ -178,14 +178,7 @@ class _KernelWalker:
         AST's condition when ``last`` is given: a parallel chunk)."""
         name = node.for_get_iterator().get_id().get_name()
         step = self.expr(node.for_get_inc(), env)
-        pre = self.b.block
-        header = self.b.append_basic_block(f"{name}.head")
-        body = self.b.append_basic_block(f"{name}.body")
-        exit_ = self.b.append_basic_block(f"{name}.exit")
-        self.b.branch(header)
-        self.b.position_at_end(header)
-        it = self.b.phi(I64, name)
-        it.add_incoming(start, pre)
+        it, header, body, exit_ = self._open_loop(name, "", start)
         if last is None:
             cond = self.expr(node.for_get_cond(), {**env, name: it})
         else:
@@ -196,6 +189,19 @@ class _KernelWalker:
         it.add_incoming(self.b.add(it, step), self.b.block)
         self.b.branch(header)
         self.b.position_at_end(exit_)
+
+    def _open_loop(self, name: str, kind: str, start: ir.Value):
+        """A loop's i64 phi (starting at ``start``) and its header, body and exit blocks;
+        the builder is left at the header."""
+        pre = self.b.block
+        header = self.b.append_basic_block(f"{name}.{kind}head")
+        body = self.b.append_basic_block(f"{name}.{kind}body")
+        exit_ = self.b.append_basic_block(f"{name}.{kind}exit")
+        self.b.branch(header)
+        self.b.position_at_end(header)
+        it = self.b.phi(I64, f"{name}.{kind}" if kind else name)
+        it.add_incoming(start, pre)
+        return it, header, body, exit_
 
     # ---- vector loops -------------------------------------------------------------------
 
@@ -259,13 +265,7 @@ class _KernelWalker:
         start = self.expr(node.for_get_init(), env)
 
         pre = self.b.block
-        header = self.b.append_basic_block(f"{name}.vhead")
-        body = self.b.append_basic_block(f"{name}.vbody")
-        exit_ = self.b.append_basic_block(f"{name}.vexit")
-        self.b.branch(header)
-        self.b.position_at_end(header)
-        it = self.b.phi(I64, name + ".v")
-        it.add_incoming(start, pre)
+        it, header, body, exit_ = self._open_loop(name, "v", start)
         acc = None
         if reducing is not None:
             dtype = self.buffers[reducing.stmt.write.buffer].dtype
