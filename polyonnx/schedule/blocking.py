@@ -95,8 +95,11 @@ def _plan(stmt: Statement, buffers: Mapping[str, Buffer], lanes: int):
     if not reduced or not simd:
         return None
     j = simd[0]
-    vector = [x for x in operands if flat_stride(x.access, buffers[x.access.buffer].shape, j) == 1]
-    if len(vector) != 1:
+    steps = [flat_stride(x.access, buffers[x.access.buffer].shape, j) for x in operands]
+    # the operand that moves along j is loaded a vector at a time (contiguous) or a lane at
+    # a time (a strided conv's input); the other one must not move (a splat)
+    vector = [x for x, step in zip(operands, steps, strict=True) if step not in (0, None)]
+    if len(vector) != 1 or 0 not in steps:
         return None
     vec = vector[0]
     blocks = [
