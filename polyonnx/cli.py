@@ -69,7 +69,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     compile_s = time.perf_counter() - start
     outputs = session.run(None, feed)
     names = [o.name for o in session.get_outputs()]
-    reference = _onnxruntime(args.model, feed, args.threads) if args.compare_ort else None
+    reference, rerun = (
+        _onnxruntime(args.model, feed, args.threads) if args.compare_ort else (None, None)
+    )
     print(f"model    {args.model}")
     print(f"compile  {compile_s * 1e3:.1f} ms")
     for name, array in feed.items():
@@ -82,7 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     latency = _median_latency(lambda: session.run(None, feed), args.repeat)
     print(f"latency  {latency * 1e3:.3f} ms (median of {args.repeat})")
     if reference is not None:
-        ort_latency = _median_latency(reference.run_again, args.repeat)
+        ort_latency = _median_latency(rerun, args.repeat)
         print(f"onnxruntime latency  {ort_latency * 1e3:.3f} ms (median of {args.repeat})")
     return 0
 
@@ -123,11 +125,8 @@ def _random(rng: np.random.Generator, dtype: str, shape: list[int]) -> np.ndarra
     return rng.standard_normal(shape).astype(dtype)
 
 
-class _OrtRun(list):
-    run_again: object
-
-
-def _onnxruntime(model: str, feed: dict[str, np.ndarray], threads: int | None) -> _OrtRun:
+def _onnxruntime(model: str, feed: dict[str, np.ndarray], threads: int | None):
+    """onnxruntime's outputs for ``feed`` and a function that runs it again (for timing)."""
     try:
         import onnxruntime as ort
     except ImportError as exc:
@@ -136,9 +135,7 @@ def _onnxruntime(model: str, feed: dict[str, np.ndarray], threads: int | None) -
     if threads:
         options.intra_op_num_threads = threads
     session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    result = _OrtRun(session.run(None, feed))
-    result.run_again = lambda: session.run(None, feed)
-    return result
+    return session.run(None, feed), lambda: session.run(None, feed)
 
 
 def _error_text(got: np.ndarray, want: np.ndarray) -> str:

@@ -13,7 +13,7 @@ import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping
 
-from polyonnx.krnl.ir import Access, Buffer, Expr, Kernel, Load, LoadAt, children
+from polyonnx.krnl.ir import Access, Buffer, Expr, Kernel, Load, LoadAt, map_expr
 
 
 def rename_buffers(kernel: Kernel, names: Mapping[str, str]) -> Kernel:
@@ -23,24 +23,20 @@ def rename_buffers(kernel: Kernel, names: Mapping[str, str]) -> Kernel:
         return Access(names[acc.buffer], acc.index)
 
     statements = tuple(
-        dataclasses.replace(s, write=access(s.write), expr=_map_expr(s.expr, access, names))
+        dataclasses.replace(
+            s, write=access(s.write), expr=map_expr(s.expr, lambda e: _rename(e, access, names))
+        )
         for s in kernel.statements
     )
     return Kernel(kernel.name, kernel.op_type, statements)
 
 
-def _map_expr(expr: Expr, access: Callable[[Access], Access], names: Mapping[str, str]) -> Expr:
+def _rename(expr: Expr, access: Callable[[Access], Access], names: Mapping[str, str]) -> Expr:
     if isinstance(expr, Load):
         return dataclasses.replace(expr, access=access(expr.access))
     if isinstance(expr, LoadAt):
-        index = tuple(_map_expr(i, access, names) for i in expr.index)
-        return dataclasses.replace(expr, buffer=names[expr.buffer], index=index)
-    kids = children(expr)
-    if not kids:
-        return expr
-    fields = [f.name for f in dataclasses.fields(expr) if isinstance(getattr(expr, f.name), Expr)]
-    mapped = {f: _map_expr(getattr(expr, f), access, names) for f in fields}
-    return dataclasses.replace(expr, **mapped)
+        return dataclasses.replace(expr, buffer=names[expr.buffer])
+    return expr
 
 
 def structural_key(kernel: Kernel, buffers: Mapping[str, Buffer], schedule: str = "") -> str:

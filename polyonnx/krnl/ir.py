@@ -7,6 +7,7 @@ workers and prints for humans; :mod:`polyonnx.krnl.isl` parses them on demand.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -179,6 +180,26 @@ def loads(expr: Expr) -> list[Load]:
     for child in children(expr):
         found.extend(loads(child))
     return found
+
+
+def map_expr(expr: Expr, fn) -> Expr:
+    """``expr`` rebuilt bottom-up: children first, then ``fn`` on each (rebuilt) node; what
+    ``fn`` returns is not visited again."""
+    kids = children(expr)
+    if kids:
+        if isinstance(expr, LoadAt):
+            expr = dataclasses.replace(expr, index=tuple(map_expr(i, fn) for i in expr.index))
+        else:
+            names = [
+                f.name for f in dataclasses.fields(expr) if isinstance(getattr(expr, f.name), Expr)
+            ]
+            expr = dataclasses.replace(expr, **{n: map_expr(getattr(expr, n), fn) for n in names})
+    return fn(expr)
+
+
+def map_loads(expr: Expr, fn) -> Expr:
+    """``expr`` with every Load replaced by ``fn(load)``."""
+    return map_expr(expr, lambda e: fn(e) if isinstance(e, Load) else e)
 
 
 def gathers(expr: Expr) -> list[LoadAt]:

@@ -25,6 +25,18 @@ def dim_names(stmt: Statement) -> list[str]:
     return [domain.get_dim_name(isl.dim_type.set, d) for d in range(domain.dim(isl.dim_type.set))]
 
 
+def extents(stmt: Statement) -> list[int]:
+    """The number of values each domain dim of the statement takes (its bounding box)."""
+    domain = parse_set(stmt.domain)
+    count = domain.dim(isl.dim_type.set)
+    if domain.is_empty():
+        return [0] * count
+    return [
+        int(domain.dim_max_val(d).to_python()) - int(domain.dim_min_val(d).to_python()) + 1
+        for d in range(count)
+    ]
+
+
 def row_major_strides(shape: Sequence[int]) -> list[int]:
     strides, step = [], 1
     for n in reversed(shape):

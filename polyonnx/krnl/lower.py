@@ -9,6 +9,7 @@ import numpy as np
 
 from polyonnx.errors import LoweringError, UnsupportedOpError, ValueRequiredError
 from polyonnx.frontend.graph import Graph, Node
+from polyonnx.frontend.load import op_key
 from polyonnx.krnl import build as kb
 from polyonnx.krnl.ir import DTYPES, Buffer, Expr, Kernel, Program, Statement
 
@@ -171,7 +172,7 @@ def lower(graph: Graph) -> Program:
     missing: dict[str, list[str]] = {}
     for node in graph.nodes:
         if node.op_type not in LOWERINGS or node.domain not in ("", "ai.onnx"):
-            missing.setdefault(_op_key(node), []).append(node.name)
+            missing.setdefault(op_key(node.domain, node.op_type), []).append(node.name)
     if missing:
         raise UnsupportedOpError(missing)
     if not graph.is_static:
@@ -186,10 +187,6 @@ def lower(graph: Graph) -> Program:
             raise LoweringError(f"{node.op_type} node {node.name!r}: {exc}") from exc
     _place_outputs(ctx)
     return ctx.program()
-
-
-def _op_key(node: Node) -> str:
-    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
 
 
 def _place_outputs(ctx: LowerContext) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Binary, Buffer, Kernel, Load, Statement
-from polyonnx.krnl.islutil import dim_names, flat_stride, parse_set
+from polyonnx.krnl.islutil import dim_names, extents, flat_stride
 from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.legality import broken_order
@@ -47,7 +47,7 @@ def blocked_schedule(
         return None
     stmt = found[0]
     block, simd, reduced, outer = _plan(stmt, buffers, lanes)
-    extent = dict(zip(dim_names(stmt), _extents(stmt), strict=True))
+    extent = dict(zip(dim_names(stmt), extents(stmt), strict=True))
     state = State.original(kernel)
     width = min(VECTORS * lanes, -(-extent[simd] // lanes) * lanes)
     state, i_o, i_i = split(state, block, min(MR, extent[block]))
@@ -71,7 +71,7 @@ def blocked_schedule(
 def _work(stmt: Statement) -> int:
     """Multiply-adds of the statement (its domain's size; boxes in practice)."""
     size = 1
-    for extent in _extents(stmt):
+    for extent in extents(stmt):
         size *= max(extent, 0)
     return size
 
@@ -87,11 +87,11 @@ def _plan(stmt: Statement, buffers: Mapping[str, Buffer], lanes: int):
     ):
         return None
     names = dim_names(stmt)
-    extents = _extents(stmt)
+    sizes = extents(stmt)
     shape = buffers[stmt.write.buffer].shape
     strides = [flat_stride(stmt.write, shape, p) for p in range(len(names))]
     reduced = [n for n, s in zip(names, strides, strict=True) if s == 0]
-    simd = [p for p, s in enumerate(strides) if s == 1 and extents[p] >= MIN_EXTENT]
+    simd = [p for p, s in enumerate(strides) if s == 1 and sizes[p] >= MIN_EXTENT]
     if not reduced or not simd:
         return None
     j = simd[0]
@@ -104,7 +104,7 @@ def _plan(stmt: Statement, buffers: Mapping[str, Buffer], lanes: int):
     vec = vector[0]
     blocks = [
         p for p, s in enumerate(strides)
-        if p != j and s not in (0, None) and extents[p] >= 2
+        if p != j and s not in (0, None) and sizes[p] >= 2
         and flat_stride(vec.access, buffers[vec.access.buffer].shape, p) == 0
     ]  # fmt: skip
     if not blocks:
@@ -112,14 +112,3 @@ def _plan(stmt: Statement, buffers: Mapping[str, Buffer], lanes: int):
     i = blocks[-1]
     outer = [n for p, n in enumerate(names) if p not in (i, j) and n not in reduced]
     return names[i], names[j], reduced, outer
-
-
-def _extents(stmt: Statement) -> list[int]:
-    domain = parse_set(stmt.domain)
-    count = len(dim_names(stmt))
-    if domain.is_empty():
-        return [0] * count
-    return [
-        int(domain.dim_max_val(d).to_python()) - int(domain.dim_min_val(d).to_python()) + 1
-        for d in range(count)
-    ]

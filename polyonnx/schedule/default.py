@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import islpy as isl
-
 from polyonnx.krnl.ir import REDUCE_OPS, Buffer, Kernel, Statement, loads
-from polyonnx.krnl.islutil import dim_names, flat_stride, parse_set
+from polyonnx.krnl.islutil import dim_names, extents, flat_stride
 from polyonnx.schedule.blocking import blocked_schedule
 from polyonnx.schedule.tree import KernelSchedule, LoopNest, sequence_tree
 
@@ -36,7 +34,7 @@ def loop_nest(stmt: Statement, buffers: Mapping[str, Buffer]) -> LoopNest:
     names = dim_names(stmt)
     if not names:
         return LoopNest(())
-    extents = _extents(stmt)
+    sizes = extents(stmt)
     scores = {pos: _score(stmt, buffers, pos) for pos in range(len(names))}
     candidates = [p for p, s in scores.items() if s is not None]
     if not candidates:
@@ -46,7 +44,7 @@ def loop_nest(stmt: Statement, buffers: Mapping[str, Buffer]) -> LoopNest:
     reduced = [p for p in range(len(names)) if flat_stride(stmt.write, write_shape, p) == 0]
     outer = [p for p in range(len(names)) if p != inner and p not in reduced]
     order = [*outer, *(p for p in reduced if p != inner), inner]
-    vectorize = extents[inner] >= MIN_VECTOR_EXTENT
+    vectorize = sizes[inner] >= MIN_VECTOR_EXTENT
     return LoopNest(tuple(names[p] for p in order), vectorize)
 
 
@@ -62,14 +60,3 @@ def _score(stmt: Statement, buffers: Mapping[str, Buffer], pos: int) -> int | No
         stride = flat_stride(load.access, buffers[load.access.buffer].shape, pos)
         score += {1: 1, 0: 0}.get(stride, -1)
     return score
-
-
-def _extents(stmt: Statement) -> list[int]:
-    domain = parse_set(stmt.domain)
-    count = domain.dim(isl.dim_type.set)
-    if domain.is_empty():
-        return [0] * count
-    return [
-        int(domain.dim_max_val(d).to_python()) - int(domain.dim_min_val(d).to_python()) + 1
-        for d in range(count)
-    ]

@@ -30,11 +30,11 @@ from polyonnx.krnl.ir import (
     Iter,
     Kernel,
     Load,
-    LoadAt,
     Statement,
     children,
     gathers,
     loads,
+    map_loads,
 )
 from polyonnx.krnl.islutil import dim_names, named_access, parse_access
 from polyonnx.schedule.state import Nest, State, Var, time_map
@@ -58,20 +58,8 @@ def _renamed(stmt: Statement, name: str) -> Statement:
 
     return dataclasses.replace(
         stmt, name=name, domain=retag(stmt.domain), write=access(stmt.write),
-        expr=_map_loads(stmt.expr, lambda ld: dataclasses.replace(ld, access=access(ld.access))),
+        expr=map_loads(stmt.expr, lambda ld: dataclasses.replace(ld, access=access(ld.access))),
     )  # fmt: skip
-
-
-def _map_loads(expr: Expr, fn) -> Expr:
-    if isinstance(expr, Load):
-        return fn(expr)
-    if not children(expr):
-        return expr
-    if isinstance(expr, LoadAt):
-        return dataclasses.replace(expr, index=tuple(_map_loads(i, fn) for i in expr.index))
-    fields = {f.name: getattr(expr, f.name) for f in dataclasses.fields(expr)}
-    mapped = {k: _map_loads(v, fn) for k, v in fields.items() if isinstance(v, Expr)}
-    return dataclasses.replace(expr, **mapped)
 
 
 # ---- compute_at -----------------------------------------------------------------------
@@ -235,9 +223,9 @@ def _inlined(reader: Statement, producer: Statement) -> Expr:
     def rewrite(ld: Load) -> Expr:
         if ld.access.buffer != producer.write.buffer:
             return ld
-        return _map_loads(producer.expr, lambda inner: _through(inner, to_producer, reader))
+        return map_loads(producer.expr, lambda inner: _through(inner, to_producer, reader))
 
-    return _map_loads(reader.expr, rewrite)
+    return map_loads(reader.expr, rewrite)
 
 
 def _through(ld: Load, to_producer: isl.Map, reader: Statement) -> Load:

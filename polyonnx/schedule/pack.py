@@ -20,9 +20,8 @@ from types import MappingProxyType
 import islpy as isl
 
 from polyonnx.errors import ScheduleError
-from polyonnx.krnl.ir import Access, Buffer, Expr, Kernel, Load, Statement, loads
+from polyonnx.krnl.ir import Access, Buffer, Expr, Kernel, Load, Statement, loads, map_loads
 from polyonnx.krnl.islutil import named_access, parse_access
-from polyonnx.schedule.fuse import _map_loads
 from polyonnx.schedule.state import Nest, State, Var, time_map
 
 
@@ -127,7 +126,7 @@ def _reroute(
     def swap(ld: Load) -> Expr:
         return Load(ld.dtype, Access(scratch.name, index)) if ld.access == access else ld
 
-    return replace(consumer, expr=_map_loads(consumer.expr, swap))
+    return replace(consumer, expr=map_loads(consumer.expr, swap))
 
 
 def _expression(pma: isl.PwMultiAff, prefix: str) -> str:
