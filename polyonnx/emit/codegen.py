@@ -19,6 +19,7 @@ from polyonnx.emit import ops, smallfloat, threads
 from polyonnx.emit.astgen import Index, Instance, KernelAst, build_ast
 from polyonnx.emit.llvmtypes import I64, PTR, constant, memory_type, splat
 from polyonnx.emit.smallfloat import SMALL_DTYPES
+from polyonnx.emit.ukernel import emit_gemm_call
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import (
     Binary,
@@ -34,6 +35,7 @@ from polyonnx.krnl.ir import (
     reduce_identity,
 )
 from polyonnx.krnl.islutil import row_major_strides
+from polyonnx.schedule.gemm import Params, geometry, is_ukernel_mark
 from polyonnx.schedule.state import PARALLEL
 from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
 
@@ -104,8 +106,34 @@ class _KernelWalker:
             self.vector_loop(child, env)
         elif mark == PARALLEL and self._bounded_unit_loop(child):
             self.parallel_loop(child, env)
+        elif is_ukernel_mark(mark):
+            self.ukernel(child, env, Params.from_mark(mark))
         else:
             self.node(child, env)
+
+    def ukernel(self, node: isl.AstNode, env: Env, params: Params) -> None:
+        """The contraction under the mark as packed GEMM (emit/ukernel.py), for the values
+        of the outer dims the enclosing loops give."""
+        inst = self._first_instance(node)
+        geo = geometry(inst.stmt, self.buffers)
+        if geo is None:
+            raise CodegenError(f"ukernel mark over {inst.stmt.name}, which is not a contraction")
+        outer = {d: self.expr(inst.dims[geo.dims[d]].exprs[0], env) for d in geo.outer}
+        emit_gemm_call(self.b, geo, params, self.width, self.pointers, outer)
+
+    def _first_instance(self, node: isl.AstNode) -> Instance:
+        kind = node.get_type()
+        if kind == isl.ast_node_type.user:
+            return self.instance(node)
+        if kind == isl.ast_node_type.for_:
+            return self._first_instance(node.for_get_body())
+        if kind == isl.ast_node_type.mark:
+            return self._first_instance(node.mark_get_node())
+        if kind == isl.ast_node_type.if_:
+            return self._first_instance(node.if_get_then_node())
+        if kind == isl.ast_node_type.block:
+            return self._first_instance(_children(node)[0])
+        raise CodegenError(f"unexpected isl AST node under a ukernel mark: {node.to_C_str()}")
 
     def _bounded_unit_loop(self, node: isl.AstNode) -> bool:
         if node.get_type() != isl.ast_node_type.for_:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from polyonnx.krnl.ir import REDUCE_OPS, Buffer, Kernel, Statement, loads
 from polyonnx.krnl.islutil import dim_names, extents, flat_stride
 from polyonnx.schedule.blocking import blocked_schedule
+from polyonnx.schedule.gemm import Geometry, Params, default_params, ukernel_schedule, worth_it
 from polyonnx.schedule.tree import KernelSchedule, LoopNest, sequence_tree
 
 MIN_VECTOR_EXTENT = 4
@@ -24,10 +25,20 @@ def default_schedule(
 ) -> KernelSchedule:
     """Register-blocked for a contraction (schedule/blocking.py); otherwise each statement
     in its own loop nest with the innermost loop chosen from access strides."""
+    gemm = ukernel_schedule(kernel, buffers, lambda geo: _gemm_params(geo, lanes))
+    if gemm is not None:
+        return gemm
     blocked = blocked_schedule(kernel, buffers, lanes)
     if blocked is not None:
         return blocked
     return sequence_tree(kernel, [loop_nest(stmt, buffers) for stmt in kernel.statements])
+
+
+def _gemm_params(geo: Geometry, lanes: int) -> Params | None:
+    if not worth_it(geo, lanes):
+        return None
+    registers = 32 if lanes * 4 >= 64 else 16  # AVX-512 has 32 vector registers
+    return default_params(geo, lanes, registers)
 
 
 def loop_nest(stmt: Statement, buffers: Mapping[str, Buffer]) -> LoopNest:

@@ -22,9 +22,10 @@ from typing import Any
 
 import islpy as isl
 
+from polyonnx.emit.target import host_target
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel
-from polyonnx.schedule import annotate, fuse
+from polyonnx.schedule import annotate, fuse, gemm
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.legality import broken_order
 from polyonnx.schedule.pack import pack as pack_buffer
@@ -139,6 +140,16 @@ class Schedule:
             annotate.parallel(self.state, self.deps, name), "parallel", name, {"loop": name}
         )
 
+    def ukernel(self, **params: Any) -> None:
+        """Run the kernel's contraction as packed, cache-tiled GEMM with an MR x NR register
+        tile (schedule/gemm.py): ``mr``, ``nr`` (a multiple of the SIMD width), ``kc``,
+        ``mc``, ``nc``, ``unroll`` (of the K loop) and ``split`` ("none", "rows" or
+        "cols": how threads share one GEMM). Unnamed parameters take the default's values.
+        Precondition: one statement is a float32 contraction whose left operand is
+        contiguous along the reduction, and its loops are still untransformed."""
+        state = gemm.ukernel_state(self.state, self.buffers, params, host_target().lanes(4))
+        self._commit(state, "ukernel", "", {"params": dict(params)})
+
     def pack(self, buffer: str, at: LoopArg) -> None:
         """Copy the region of ``buffer`` that the loops inside ``at`` read into a contiguous
         scratch buffer, once per iteration of ``at``, and read it from there."""
@@ -197,6 +208,8 @@ class Schedule:
                 self.pack(args["buffer"], args["at"])
             elif primitive == "compute_at":
                 self.compute_at(args["name"], args["loop"])
+            elif primitive == "ukernel":
+                self.ukernel(**args["params"])
             elif primitive in ("vectorize", "parallel"):
                 getattr(self, primitive)(args["loop"])
             else:

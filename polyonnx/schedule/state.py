@@ -21,6 +21,7 @@ from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
 
 UNROLL = "unroll"
 PARALLEL = "parallel"
+UKERNEL = "ukernel"
 MARKS = (VECTORIZE, UNROLL, PARALLEL)
 
 
@@ -177,6 +178,8 @@ class State:
             node = node.insert_partial_schedule(shared_band(members, [position]))
             if UNROLL in marks:
                 node = node.band_member_set_ast_loop_type(0, isl.ast_loop_type.unroll)
+            for mark in sorted(m for m in marks if m.startswith(UKERNEL)):
+                node = node.insert_mark(isl.Id(mark))
             for mark in (VECTORIZE, PARALLEL):
                 if mark in marks:
                     node = node.insert_mark(isl.Id(mark))

@@ -63,14 +63,15 @@ def test_row_reduction_uses_a_vector_accumulator():
     np.testing.assert_array_equal(compiled.run({"x": x})["y"], x.max(axis=1))
 
 
-def test_matmul_vectorises_j_and_keeps_k_outside():
+def test_matmul_default_is_the_gemm_ukernel():
     compiled = _compile(
         [Node("mm", "MatMul", ("a", "b"), ("y",), opset=17)],
         [Value("a", (7, 9), "float32"), Value("b", (9, 35), "float32")],
         [Value("y", (7, 35), "float32")],
     )
     text = pseudo_c(compiled.schedules[0], dict(compiled.program.buffers))
-    assert "for (int k = 0; k <= 8; k++)\n    #pragma vectorize\n    for (int j" in text
+    assert "#pragma ukernel_mr7_nr32" in text  # all 7 rows in one register tile
+    assert "for (int k_g = 0; k_g <= 8; k_g++)" in text
     rng = np.random.default_rng(2)
     a, b = (
         rng.standard_normal((7, 9)).astype(np.float32),

@@ -1,0 +1,425 @@
+"""The ``ukernel`` mark: a contraction run as packed, cache-tiled GEMM with a register-blocked
+micro-kernel (schedule/gemm.py says which statements qualify and why the order is legal).
+
+For one value of the outer dims, ``gemm(A, B, C, i_lo, i_hi, j_lo, j_hi)`` computes rows
+[i_lo, i_hi) and columns [j_lo, j_hi) of ``C += A . B``:
+
+    for jc in columns, NC at a time
+      for kc in 0..K, KC at a time
+        pack B[kc.., jc..] into Bp (KC x NCP floats, row-major; zero where the domain has
+                                    no point, e.g. a padded Conv's taps outside the image)
+        for ic in rows, MC at a time
+          for jr in 0..nc, NR at a time           (the B micro-panel stays in L1)
+            for ir in ic..ic+MC, MR at a time     (A is read in place, K-contiguous)
+              acc[MR][NR/W] = C tile              (masked columns; rows past the end reuse
+              for k: acc += splat(A[r, k]) * Bp[k, jr..]        the last row, unstored)
+              C tile = acc
+
+Each C element is loaded, gets its products added in k order and is stored, so the result
+is the original loop order's. Split over threads, each thread takes a range of columns
+(each packs its own B) or of rows (each packs all of B) through polyonnx_parallel_for.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from polyonnx.emit import threads
+from polyonnx.emit.llvmtypes import I64, PTR, splat
+from polyonnx.schedule.gemm import Geometry, Params
+
+F32 = ir.FloatType()
+I32 = ir.IntType(32)
+
+
+def emit_gemm_call(
+    b: ir.IRBuilder,
+    geo: Geometry,
+    params: Params,
+    lanes: int,
+    pointers: dict[str, ir.Value],
+    outer: dict[int, ir.Value],
+) -> None:
+    """Call (or run on threads) the GEMM of one value of the outer dims, whose values are
+    ``outer`` (dim position -> i64)."""
+    bases = [_base(b, pointers[op.buffer], op, outer) for op in (geo.a, geo.b, geo.c)]
+    name = f"{b.function.name}.gemm{len(b.module.globals)}"
+    gemm = _gemm_function(b.module, name, geo, params, lanes)
+    whole = [
+        ir.Constant(I64, 0),
+        ir.Constant(I64, geo.m),
+        ir.Constant(I64, 0),
+        ir.Constant(I64, geo.n),
+    ]
+    if params.split not in ("rows", "cols"):
+        b.call(gemm, [*bases, *whole])
+        return
+    step = params.mr if params.split == "rows" else params.nr
+    extent = geo.m if params.split == "rows" else geo.n
+    body = _chunk_body(b.module, name + ".chunk", gemm, params.split, step, extent, geo)
+    ctx = b.alloca(I64, ir.Constant(I64, 3), "gemm.ctx")
+    for k, ptr in enumerate(bases):
+        b.store(b.ptrtoint(ptr, I64), b.gep(ctx, [ir.Constant(I64, k)], source_etype=I64))
+    chunks = ir.Constant(I64, -(-extent // step))
+    b.call(threads.parallel_for(b.module), [body, ctx, ir.Constant(I64, 0), chunks])
+
+
+def _base(b: ir.IRBuilder, pointer: ir.Value, op, outer: dict[int, ir.Value]) -> ir.Value:
+    """``pointer`` advanced by the operand's offset at (outer dims, every other dim 0);
+    it may point before the buffer (a padded Conv's B), only in-domain reads dereference."""
+    offset = ir.Constant(I64, op.const)
+    for d, value in outer.items():
+        if op.coeffs[d]:
+            offset = b.add(offset, b.mul(value, ir.Constant(I64, op.coeffs[d])))
+    return b.gep(pointer, [offset], source_etype=F32)
+
+
+def _chunk_body(module, name, gemm, split, step, extent, geo) -> ir.Function:
+    """``body(ctx, lo, hi)``: chunks lo..hi (inclusive) of ``step`` rows or columns."""
+    fn = ir.Function(module, threads.BODY_TYPE, name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    ctx, lo, hi = fn.args
+    ptrs = [
+        b.inttoptr(b.load(b.gep(ctx, [ir.Constant(I64, k)], source_etype=I64), typ=I64), PTR)
+        for k in range(3)
+    ]
+    start = b.mul(lo, ir.Constant(I64, step))
+    stop = _min(b, b.mul(b.add(hi, ir.Constant(I64, 1)), ir.Constant(I64, step)), extent)
+    if split == "rows":
+        ranges = [start, stop, ir.Constant(I64, 0), ir.Constant(I64, geo.n)]
+    else:
+        ranges = [ir.Constant(I64, 0), ir.Constant(I64, geo.m), start, stop]
+    b.call(gemm, [*ptrs, *ranges])
+    b.ret_void()
+    return fn
+
+
+# ---- the GEMM function ----------------------------------------------------------------
+
+
+def _gemm_function(module, name, geo: Geometry, params: Params, lanes: int) -> ir.Function:
+    signature = ir.FunctionType(ir.VoidType(), [PTR] * 3 + [I64] * 4)
+    fn = ir.Function(module, signature, name)
+    for arg in fn.args[:3]:
+        arg.add_attribute("noalias")
+    a, bmat, c, i_lo, i_hi, j_lo, j_hi = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    g = _Gemm(b, geo, params, lanes)
+    panel = b.alloca(F32, ir.Constant(I64, params.kc * g.ncp), "bp")
+    panel.align = 64
+    with _loop(b, j_lo, j_hi, params.nc, "jc") as jc:
+        nc = _min(b, b.sub(j_hi, jc), params.nc)
+        with _loop(b, ir.Constant(I64, 0), ir.Constant(I64, geo.k), params.kc, "kc") as kc:
+            kcl = _min(b, b.sub(ir.Constant(I64, geo.k), kc), params.kc)
+            g.pack_b(panel, bmat, kc, kcl, jc, nc)
+            with _loop(b, i_lo, i_hi, params.mc, "ic") as ic:
+                ie = _min_value(b, b.add(ic, ir.Constant(I64, params.mc)), i_hi)
+                with _loop(b, ir.Constant(I64, 0), nc, params.nr, "jr") as jr:
+                    cols = _min(b, b.sub(nc, jr), params.nr)
+                    masks = g.column_masks(cols)
+                    with _loop(b, ic, ie, params.mr, "ir") as ir_:
+                        a_at = b.gep(a, [kc], source_etype=F32)
+                        c_at = b.gep(c, [b.add(jc, jr)], source_etype=F32)
+                        b_at = b.gep(panel, [jr], source_etype=F32)
+                        g.micro(a_at, b_at, c_at, ir_, ie, kcl, masks)
+    b.ret_void()
+    return fn
+
+
+class _Gemm:
+    def __init__(self, b: ir.IRBuilder, geo: Geometry, params: Params, lanes: int):
+        self.b, self.geo, self.p, self.w = b, geo, params, lanes
+        self.vec = ir.VectorType(F32, lanes)
+        self.mask_t = ir.VectorType(ir.IntType(1), lanes)
+        self.nv = params.nr // lanes
+        self.ncp = -(-params.nc // params.nr) * params.nr + params.nr
+        """Panel row length: whole NR tiles plus room to zero a partial one; the extra NR
+        floats also keep rows from mapping onto the same L1 sets."""
+        module = b.module
+        self.fma = _intrinsic(module, f"llvm.fma.v{lanes}f32", self.vec, [self.vec] * 3)
+        self.mload = _intrinsic(
+            module, f"llvm.masked.load.v{lanes}f32.p0", self.vec, [PTR, I32, self.mask_t, self.vec]
+        )
+        self.mstore = _intrinsic(
+            module,
+            f"llvm.masked.store.v{lanes}f32.p0",
+            ir.VoidType(),
+            [self.vec, PTR, I32, self.mask_t],
+        )
+        ptrs = ir.VectorType(PTR, lanes)
+        self.gather = _intrinsic(
+            module,
+            f"llvm.masked.gather.v{lanes}f32.v{lanes}p0",
+            self.vec,
+            [ptrs, I32, self.mask_t, self.vec],
+        )
+        self.zero = ir.Constant(self.vec, [0.0] * lanes)
+        self.lane_ids = ir.Constant(ir.VectorType(I32, lanes), list(range(lanes)))
+
+    # -- masks ---------------------------------------------------------------------------
+
+    def below(self, start: ir.Value, limit: ir.Value) -> ir.Value:
+        """Lanes l with start + l < limit (i64 scalars)."""
+        room = self.b.trunc(self._clamp_room(self.b.sub(limit, start)), I32)
+        return self.b.icmp_signed("<", self.lane_ids, splat(self.b, room, self.w))
+
+    def _clamp_room(self, room: ir.Value) -> ir.Value:
+        b = self.b
+        low = ir.Constant(I64, -1)
+        high = ir.Constant(I64, self.w + 1)
+        room = b.select(b.icmp_signed("<", room, low), low, room)
+        return b.select(b.icmp_signed(">", room, high), high, room)
+
+    def column_masks(self, cols: ir.Value) -> list[ir.Value]:
+        return [self.below(ir.Constant(I64, v * self.w), cols) for v in range(self.nv)]
+
+    # -- the micro-kernel ----------------------------------------------------------------
+
+    def micro(self, a_at, b_at, c_at, ir_, ie, kcl, masks) -> None:
+        b, p, geo = self.b, self.p, self.geo
+        last = b.sub(ie, ir.Constant(I64, 1))
+        a_rows, c_rows = [], []
+        for r in range(p.mr):
+            row = _min_value(b, b.add(ir_, ir.Constant(I64, r)), last)
+            a_rows.append(b.gep(a_at, [b.mul(row, ir.Constant(I64, geo.lda))], source_etype=F32))
+            c_rows.append(b.gep(c_at, [b.mul(row, ir.Constant(I64, geo.ldc))], source_etype=F32))
+        acc = [
+            [
+                b.call(
+                    self.mload,
+                    [self._at(c_rows[r], v * self.w), ir.Constant(I32, 4), masks[v], self.zero],
+                )
+                for v in range(self.nv)
+            ]
+            for r in range(p.mr)
+        ]
+        acc = self._k_loop(acc, a_rows, b_at, kcl)
+        for r in range(p.mr):
+            store = [(acc[r][v], self._at(c_rows[r], v * self.w), masks[v]) for v in range(self.nv)]
+            if r == 0:
+                self._store_all(store)
+                continue
+            inside = b.icmp_signed("<", b.add(ir_, ir.Constant(I64, r)), ie)
+            with b.if_then(inside):
+                self._store_all(store)
+
+    def _store_all(self, stores) -> None:
+        for value, at, mask in stores:
+            self.b.call(self.mstore, [value, at, ir.Constant(I32, 4), mask])
+
+    def _at(self, ptr: ir.Value, offset) -> ir.Value:
+        if isinstance(offset, int):
+            offset = ir.Constant(I64, offset)
+        return self.b.gep(ptr, [offset], source_etype=F32)
+
+    def _k_loop(self, acc, a_rows, b_at, kcl):
+        """``for k in 0..kcl`` in steps of ``unroll``, then one at a time; the accumulators
+        are loop-carried (phis), so they live in registers."""
+        b = self.b
+        unroll = max(self.p.unroll, 1)
+        full = b.sub(kcl, b.srem(kcl, ir.Constant(I64, unroll)))
+        acc = self._acc_loop(acc, ir.Constant(I64, 0), full, unroll, a_rows, b_at, "ku")
+        acc = self._acc_loop(acc, full, kcl, 1, a_rows, b_at, "kt")
+        return acc
+
+    def _acc_loop(self, acc, start, stop, step, a_rows, b_at, name):
+        b = self.b
+        pre = b.block
+        head = b.append_basic_block(f"{name}.head")
+        body = b.append_basic_block(f"{name}.body")
+        done = b.append_basic_block(f"{name}.exit")
+        b.branch(head)
+        b.position_at_end(head)
+        k = b.phi(I64, name)
+        k.add_incoming(start, pre)
+        phis = [[b.phi(self.vec) for _ in row] for row in acc]
+        for row, prow in zip(acc, phis, strict=True):
+            for value, phi in zip(row, prow, strict=True):
+                phi.add_incoming(value, pre)
+        b.cbranch(b.icmp_signed("<", k, stop), body, done)
+        b.position_at_end(body)
+        cur = [list(row) for row in phis]
+        for u in range(step):
+            kk = b.add(k, ir.Constant(I64, u)) if u else k
+            cur = self._rank1(cur, a_rows, b_at, kk)
+        k.add_incoming(b.add(k, ir.Constant(I64, step)), b.block)
+        for row, prow in zip(cur, phis, strict=True):
+            for value, phi in zip(row, prow, strict=True):
+                phi.add_incoming(value, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        return phis
+
+    def _rank1(self, acc, a_rows, b_at, k):
+        b = self.b
+        row = b.gep(b_at, [b.mul(k, ir.Constant(I64, self.ncp))], source_etype=F32)
+        bv = [
+            b.load(self._at(row, v * self.w), typ=self.vec, align=4 * self.w)
+            for v in range(self.nv)
+        ]
+        out = []
+        for r, a_row in enumerate(a_rows):
+            scalar = b.load(b.gep(a_row, [k], source_etype=F32), typ=F32, align=4)
+            av = splat(b, scalar, self.w)
+            out.append([b.call(self.fma, [av, bv[v], acc[r][v]]) for v in range(self.nv)])
+        return out
+
+    # -- packing B -----------------------------------------------------------------------
+
+    def pack_b(self, panel, src, kc, kcl, jc, nc) -> None:
+        """Rows kc..kc+kcl, columns jc..jc+nc of B into ``panel`` (row length NCP), zero
+        where the domain has no point, then zeros up to the next whole NR tile."""
+        b, geo = self.b, self.geo
+        inner = geo.cols[-1]
+        width = geo.sizes[inner]
+        with _loop(b, ir.Constant(I64, 0), kcl, 1, "pk") as kk:
+            values = _unflatten(b, b.add(kc, kk), [(d, geo.sizes[d]) for d in geo.depth])
+            row_off = _dot(b, geo.b.coeffs, values, 0)
+            rests = [_dot(b, coeffs, values, const) for coeffs, const in geo.constraints]
+            dst_row = b.gep(panel, [b.mul(kk, ir.Constant(I64, self.ncp))], source_etype=F32)
+            first = b.sdiv(jc, ir.Constant(I64, width))
+            last = b.sdiv(b.add(jc, b.sub(nc, ir.Constant(I64, 1))), ir.Constant(I64, width))
+            with _loop(b, first, b.add(last, ir.Constant(I64, 1)), 1, "pr") as rho:
+                self._pack_run(src, dst_row, rho, jc, nc, row_off, rests)
+            tail = b.sub(_round_up(b, nc, self.p.nr), nc)
+            for v in range(self.nv):
+                at = self._at(dst_row, b.add(nc, ir.Constant(I64, v * self.w)))
+                mask = self.below(ir.Constant(I64, v * self.w), tail)
+                b.call(self.mstore, [self.zero, at, ir.Constant(I32, 4), mask])
+
+    def _pack_run(self, src, dst_row, rho, jc, nc, row_off, rests) -> None:
+        """One run of the innermost J dim (fixed outer J dims ``rho``), clipped to the
+        column block and to the domain's constraints."""
+        b, geo = self.b, self.geo
+        inner = geo.cols[-1]
+        width = geo.sizes[inner]
+        base = b.mul(rho, ir.Constant(I64, width))
+        w0 = _max(b, b.sub(jc, base), 0)
+        w1 = _min(b, b.sub(b.add(jc, nc), base), width)
+        values = _unflatten(b, rho, [(d, geo.sizes[d]) for d in geo.cols[:-1]])
+        offset = _dot(b, geo.b.coeffs, values, 0, start=row_off)
+        lo, hi = w0, w1
+        for (coeffs, _), rest in zip(geo.constraints, rests, strict=True):
+            rest = _dot(b, coeffs, values, 0, start=rest)
+            lo, hi = self._clip(coeffs[inner], rest, lo, hi, w1)
+        dst = b.gep(dst_row, [b.sub(b.add(base, w0), jc)], source_etype=F32)
+        step = geo.b.coeffs[inner]
+        with _loop(b, w0, w1, self.w, "pw") as w:
+            keep = self.below(w, w1)
+            valid = b.and_(keep, b.and_(self.below(w, hi), b.not_(self.below(w, lo))))
+            if step == 1:
+                at = b.gep(src, [b.add(offset, w)], source_etype=F32)
+                value = b.call(self.mload, [at, ir.Constant(I32, 4), valid, self.zero])
+            else:
+                value = self._gather(src, offset, w, step, valid)
+            b.call(
+                self.mstore,
+                [value, b.gep(dst, [b.sub(w, w0)], source_etype=F32), ir.Constant(I32, 4), keep],
+            )
+
+    def _clip(self, a: int, rest, lo, hi, w1):
+        """Narrow [lo, hi) to the w with ``a*w + rest >= 0``."""
+        b = self.b
+        if a > 0:  # w >= ceil(-rest / a)
+            return _max_value(b, lo, b.sub(ir.Constant(I64, 0), _floor_div(b, rest, a))), hi
+        if a < 0:  # w <= floor(rest / -a)
+            return lo, _min_value(b, hi, b.add(_floor_div(b, rest, -a), ir.Constant(I64, 1)))
+        empty = b.icmp_signed("<", rest, ir.Constant(I64, 0))
+        return b.select(empty, w1, lo), hi
+
+    def _gather(self, src, offset, w, step, mask) -> ir.Value:
+        b = self.b
+        vec64 = ir.VectorType(I64, self.w)
+        start = b.ptrtoint(
+            b.gep(src, [b.add(offset, b.mul(w, ir.Constant(I64, step)))], source_etype=F32), I64
+        )
+        lanes = ir.Constant(vec64, [4 * step * lane for lane in range(self.w)])
+        ptrs = b.inttoptr(b.add(splat(b, start, self.w), lanes), ir.VectorType(PTR, self.w))
+        return b.call(self.gather, [ptrs, ir.Constant(I32, 4), mask, self.zero])
+
+
+# ---- small IR helpers ------------------------------------------------------------------
+
+
+class _loop:
+    """``for (it = start; it < stop; it += step)``; yields the i64 iterator."""
+
+    def __init__(self, b: ir.IRBuilder, start, stop, step: int, name: str):
+        self.b, self.start, self.stop, self.step, self.name = b, start, stop, step, name
+
+    def __enter__(self) -> ir.Value:
+        b = self.b
+        pre = b.block
+        self.head = b.append_basic_block(f"{self.name}.head")
+        body = b.append_basic_block(f"{self.name}.body")
+        self.exit = b.append_basic_block(f"{self.name}.exit")
+        b.branch(self.head)
+        b.position_at_end(self.head)
+        self.it = b.phi(I64, self.name)
+        self.it.add_incoming(self.start, pre)
+        b.cbranch(b.icmp_signed("<", self.it, self.stop), body, self.exit)
+        b.position_at_end(body)
+        return self.it
+
+    def __exit__(self, *exc) -> None:
+        b = self.b
+        self.it.add_incoming(b.add(self.it, ir.Constant(I64, self.step)), b.block)
+        b.branch(self.head)
+        b.position_at_end(self.exit)
+
+
+def _intrinsic(module: ir.Module, name: str, ret, args) -> ir.Function:
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    return ir.Function(module, ir.FunctionType(ret, args), name)
+
+
+def _unflatten(b: ir.IRBuilder, flat: ir.Value, dims) -> dict[int, ir.Value]:
+    """Row-major digits of ``flat`` over ``dims`` ((position, extent), outermost first)."""
+    values = {}
+    for d, size in reversed(dims):
+        if size == 1:
+            values[d] = ir.Constant(I64, 0)
+            continue
+        values[d] = b.srem(flat, ir.Constant(I64, size))
+        flat = b.sdiv(flat, ir.Constant(I64, size))
+    return values
+
+
+def _dot(b, coeffs, values: dict[int, ir.Value], const: int, start=None) -> ir.Value:
+    total = start if start is not None else ir.Constant(I64, const)
+    if start is not None and const:
+        total = b.add(total, ir.Constant(I64, const))
+    for d, value in values.items():
+        if coeffs[d]:
+            total = b.add(total, b.mul(value, ir.Constant(I64, coeffs[d])))
+    return total
+
+
+def _floor_div(b: ir.IRBuilder, x: ir.Value, d: int) -> ir.Value:
+    """floor(x / d) for a positive constant d."""
+    q = b.sdiv(x, ir.Constant(I64, d))
+    fix = b.icmp_signed("<", b.srem(x, ir.Constant(I64, d)), ir.Constant(I64, 0))
+    return b.sub(q, b.zext(fix, I64))
+
+
+def _round_up(b: ir.IRBuilder, x: ir.Value, multiple: int) -> ir.Value:
+    m = ir.Constant(I64, multiple)
+    return b.mul(b.sdiv(b.add(x, ir.Constant(I64, multiple - 1)), m), m)
+
+
+def _min(b: ir.IRBuilder, x: ir.Value, limit: int) -> ir.Value:
+    return _min_value(b, x, ir.Constant(I64, limit))
+
+
+def _max(b: ir.IRBuilder, x: ir.Value, limit: int) -> ir.Value:
+    return _max_value(b, x, ir.Constant(I64, limit))
+
+
+def _min_value(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def _max_value(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed(">", x, y), x, y)

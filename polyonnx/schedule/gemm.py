@@ -1,0 +1,363 @@
+"""The GEMM view of a contraction, and the ``ukernel`` schedule that runs it as packed,
+cache-tiled, register-blocked GEMM (emitted by emit/ukernel.py).
+
+A contraction ``C[..] += A[..] * B[..]`` (MatMul, Gemm, batched products, Conv as implicit
+GEMM) is read as, for every value of its *outer* dims,
+
+    C[m, n] += sum_k A[m, k] * B[k, n]      m: one dim (rows), n: the J dims, k: the K dims
+
+- K: the dims C does not depend on (reduced), flattened in statement order; A must be
+  contiguous along them (row-major weights, a MatMul's left operand), so the micro-kernel
+  broadcasts A straight from memory;
+- J: the innermost dims of C, contiguous there, that A does not depend on (a MatMul's j,
+  a Conv's output rows and columns), flattened into columns n;
+- the row dim m: a dim of C that B does not depend on (a MatMul's i, a Conv's output
+  channel); every other dim is outer and stays an isl loop (batch, groups).
+
+B may be any affine function of (k, n), and the domain may cut the (k, n) box with affine
+constraints (a padded Conv: the taps that fall outside the image): packing B copies a
+(KC x NC) block into a contiguous panel, writing zero where the domain has no point. This
+is implicit GEMM; the packed panel is im2col for one block only.
+
+Schedule: the statement's loops become ``outer.. / m / n.. / k..`` with a ``ukernel`` mark
+above ``m``; the mark carries the parameters (MR, NR, KC, MC, NC, K-unroll, and how the
+GEMM is split over threads). The reduction keeps its order: each C element is loaded into
+its accumulator, gets its products added in the original k order, and is stored back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+
+import islpy as isl
+
+from polyonnx.errors import ScheduleError
+from polyonnx.krnl.ir import Binary, Buffer, Kernel, Load, Statement
+from polyonnx.krnl.islutil import dim_names, extents, parse_access, parse_set, row_major_strides
+from polyonnx.schedule import annotate
+from polyonnx.schedule.deps import dependences
+from polyonnx.schedule.legality import broken_order
+from polyonnx.schedule.state import Nest, State, Var
+from polyonnx.schedule.tree import KernelSchedule
+
+UKERNEL = "ukernel"
+MIN_ROWS = 4
+MIN_COLUMNS = 16
+MIN_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class Affine:
+    """A flat element offset into a buffer: ``const + sum(coeffs[d] * dim d)``."""
+
+    buffer: str
+    coeffs: tuple[int, ...]
+    const: int
+
+
+@dataclass(frozen=True)
+class Geometry:
+    dims: tuple[str, ...]
+    sizes: tuple[int, ...]
+    row: int
+    cols: tuple[int, ...]
+    """J dims, outermost first (the last is contiguous in C)."""
+    depth: tuple[int, ...]
+    """K dims, in statement order (A is contiguous along their flattening)."""
+    outer: tuple[int, ...]
+    a: Affine
+    b: Affine
+    c: Affine
+    constraints: tuple[tuple[tuple[int, ...], int], ...]
+    """``sum(coeffs[d] * d) + const >= 0`` cutting the (k, n) box (a padded Conv)."""
+
+    @property
+    def m(self) -> int:
+        return self.sizes[self.row]
+
+    @property
+    def n(self) -> int:
+        return _product(self.sizes[d] for d in self.cols)
+
+    @property
+    def k(self) -> int:
+        return _product(self.sizes[d] for d in self.depth)
+
+    @property
+    def lda(self) -> int:
+        return self.a.coeffs[self.row]
+
+    @property
+    def ldc(self) -> int:
+        return self.c.coeffs[self.row]
+
+
+@dataclass(frozen=True)
+class Params:
+    """Register tile MR x NR (NR a multiple of the SIMD width), cache blocks KC/MC/NC,
+    K-loop unroll, and the thread split: "rows", "cols" or "none"."""
+
+    mr: int = 8
+    nr: int = 32
+    kc: int = 256
+    mc: int = 128
+    nc: int = 512
+    unroll: int = 4
+    split: str = "none"
+
+    def mark(self) -> str:
+        """The isl mark name, e.g. ``ukernel_mr8_nr32_kc256_mc128_nc512_unroll4_splitcols``
+        (isl ids survive printing and parsing only as plain words)."""
+        return "_".join([UKERNEL, *(f"{k}{v}" for k, v in asdict(self).items())])
+
+    @staticmethod
+    def from_mark(name: str) -> Params:
+        values = {}
+        for word in name.split("_")[1:]:
+            key = next(f.name for f in fields(Params) if word.startswith(f.name))
+            text = word[len(key) :]
+            values[key] = text if key == "split" else int(text)
+        return Params(**values)
+
+
+def is_ukernel_mark(name: str) -> bool:
+    return name.startswith(UKERNEL + "_")
+
+
+def geometry(stmt: Statement, buffers: Mapping[str, Buffer]) -> Geometry | None:
+    """The GEMM view of ``stmt`` (module docstring), or None when it is not one."""
+    if stmt.reduce != "add" or not isinstance(stmt.expr, Binary) or stmt.expr.op != "mul":
+        return None
+    loads = [stmt.expr.a, stmt.expr.b]
+    if not all(isinstance(x, Load) and x.dtype == "float32" for x in loads):
+        return None
+    if buffers[stmt.write.buffer].dtype != "float32":
+        return None
+    domain = parse_set(stmt.domain)
+    names = tuple(dim_names(stmt))
+    sizes = tuple(extents(stmt))
+    if (
+        not names
+        or domain.is_empty()
+        or any(int(domain.dim_min_val(d).to_python()) != 0 for d in range(len(names)))
+    ):
+        return None
+    c = _affine(stmt.write.buffer, stmt.write.index, buffers)
+    ops = [_affine(x.access.buffer, x.access.index, buffers) for x in loads]
+    if c is None or None in ops:
+        return None
+    depth = tuple(d for d in range(len(names)) if c.coeffs[d] == 0 and sizes[d] > 1)
+    if not depth:
+        return None
+    inner = [d for d in range(len(names)) if c.coeffs[d] == 1 and sizes[d] > 1]
+    if len(inner) != 1:
+        return None
+    moving = [x for x in ops if x.coeffs[inner[0]] != 0]
+    if len(moving) != 1:
+        return None
+    b = moving[0]
+    a = ops[1] if b is ops[0] else ops[0]
+    cols = _columns(inner[0], a, c, sizes)
+    rows = [
+        d for d in range(len(names))
+        if d not in cols and d not in depth and sizes[d] > 1
+        and b.coeffs[d] == 0 and a.coeffs[d] != 0 and c.coeffs[d] != 0
+    ]  # fmt: skip
+    if not rows or not _contiguous(a, depth, sizes):
+        return None
+    row = max(rows, key=lambda d: sizes[d])
+    unit = [d for d in range(len(names)) if sizes[d] == 1]
+    outer = tuple(d for d in range(len(names)) if d != row and d not in cols and d not in depth)
+    constraints = _constraints(domain, len(names), set(cols) | set(depth), set(unit))
+    if constraints is None:
+        return None
+    return Geometry(names, sizes, row, cols, depth, outer, a, b, c, constraints)
+
+
+def worth_it(geo: Geometry, lanes: int) -> bool:
+    """Big enough in every direction for packing and a register tile to pay off."""
+    return geo.m >= MIN_ROWS and geo.n >= max(MIN_COLUMNS, lanes) and geo.k >= MIN_DEPTH
+
+
+def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
+    """Register tile from the vector registers (MR x NR/lanes accumulators, NR/lanes B
+    vectors and a broadcast A value must fit), K blocks whose B micro-panel stays in L1,
+    and the thread split that needs no duplicated packing."""
+    vectors = 2
+    mr = 8 if registers >= 32 else 6
+    nr = vectors * lanes
+    mr = min(mr, _round_up(geo.m, 1))
+    work = geo.m * geo.n * geo.k
+    split = "none"
+    if work >= PARALLEL_WORK:  # one thread runs every chunk itself, at no cost
+        split = "cols" if geo.n >= 4 * nr else "rows"
+    kc = min(512, geo.k)
+    nc = min(512, _round_up(geo.n, nr))
+    return Params(mr=mr, nr=nr, kc=kc, mc=64, nc=nc, unroll=4, split=split)
+
+
+PARALLEL_WORK = 10_000_000
+"""Multiply-adds from which a contraction is split over threads by default."""
+
+
+def _columns(inner: int, a: Affine, c: Affine, sizes) -> tuple[int, ...]:
+    """The J dims: from the innermost dim of C outwards while C stays contiguous and A does
+    not depend on them."""
+    cols = [inner]
+    stride = sizes[inner]
+    while True:
+        nxt = [
+            d for d in range(len(sizes))
+            if d not in cols and c.coeffs[d] == stride and a.coeffs[d] == 0 and sizes[d] > 1
+        ]  # fmt: skip
+        if len(nxt) != 1:
+            return tuple(reversed(cols))
+        cols.append(nxt[0])
+        stride *= sizes[nxt[0]]
+
+
+def _contiguous(a: Affine, depth: tuple[int, ...], sizes) -> bool:
+    """A's offset is ``k_flat`` (times 1) plus terms of the other dims."""
+    stride = 1
+    for d in reversed(depth):
+        if a.coeffs[d] != stride:
+            return False
+        stride *= sizes[d]
+    return True
+
+
+def _affine(buffer: str, index: str, buffers: Mapping[str, Buffer]) -> Affine | None:
+    maff = parse_access(index)
+    shape = buffers[buffer].shape
+    count = maff.dim(isl.dim_type.in_)
+    coeffs = [0] * count
+    const = 0
+    for r, stride in enumerate(row_major_strides(shape)):
+        aff = maff.get_aff(r)
+        if aff.dim(isl.dim_type.div):
+            return None
+        for d in range(count):
+            coeffs[d] += int(aff.get_coefficient_val(isl.dim_type.in_, d).to_python()) * stride
+        const += int(aff.get_constant_val().to_python()) * stride
+    return Affine(buffer, tuple(coeffs), const)
+
+
+def _constraints(domain: isl.Set, count: int, allowed: set[int], unit: set[int]):
+    """The domain's constraints that involve two or more dims (the box is implied by the
+    extents), each over J and K dims only; None when the domain is not of that form.
+    Dims of extent 1 are 0 throughout, so they drop out."""
+    if domain.n_basic_set() != 1:
+        return None
+    (piece,) = domain.get_basic_sets()
+    if piece.dim(isl.dim_type.div):
+        return None
+    found = []
+    for con in piece.get_constraints():
+        coeffs = tuple(
+            0 if d in unit else int(con.get_coefficient_val(isl.dim_type.set, d).to_python())
+            for d in range(count)
+        )
+        involved = [d for d in range(count) if coeffs[d]]
+        if len(involved) < 2:
+            continue
+        if any(d not in allowed for d in involved):
+            return None
+        const = int(con.get_constant_val().to_python())
+        found.append((coeffs, const))
+        if con.is_equality():
+            found.append((tuple(-x for x in coeffs), -const))
+    return tuple(found)
+
+
+def _product(values) -> int:
+    total = 1
+    for v in values:
+        total *= v
+    return total
+
+
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+def ukernel_schedule(
+    kernel: Kernel, buffers: Mapping[str, Buffer], params_for
+) -> KernelSchedule | None:
+    """The kernel with its one contraction run by the micro-kernel (``params_for(geometry)``
+    gives the parameters, None: do not), the other statements in their default nests; None
+    when the kernel has no such contraction or the order would break a dependence."""
+    found = [(s, geometry(s, buffers)) for s in kernel.statements]
+    found = [(s, g) for s, g in found if g is not None]
+    if len(found) != 1:
+        return None
+    stmt, geo = found[0]
+    params = params_for(geo)
+    if params is None:
+        return None
+    state = with_ukernel(State.original(kernel), stmt.name, geo, params)
+    return state.to_kernel_schedule() if state is not None else None
+
+
+def ukernel_state(
+    state: State, buffers: Mapping[str, Buffer], given: Mapping[str, object], lanes: int
+) -> State:
+    """The schedule primitive: ``state`` with its contraction run by the micro-kernel with
+    the ``given`` parameters (the rest from the default); ScheduleError saying why not."""
+    found = [(s, geometry(s, buffers)) for s in state.kernel.statements]
+    found = [(s, g) for s, g in found if g is not None]
+    if len(found) != 1:
+        raise ScheduleError(
+            f"ukernel: kernel {state.kernel.name!r} needs exactly one float32 contraction "
+            f"C[.., m, n] += A[.., m, k] * B[.., k, n] with A contiguous along k; it has "
+            f"{len(found)}"
+        )
+    stmt, geo = found[0]
+    if state.nest(stmt.name).names() != dim_names(stmt) or state.marks:
+        raise ScheduleError(
+            f"ukernel: {stmt.name}'s loops were already transformed; ukernel replaces them, "
+            f"so apply it first"
+        )
+    unknown = set(given) - {f.name for f in fields(Params)}
+    if unknown:
+        raise ScheduleError(f"ukernel: unknown parameters {sorted(unknown)}")
+    params = replace(default_params(geo, lanes, 32 if lanes >= 16 else 16), **given)
+    _check(params, lanes)
+    result = with_ukernel(state, stmt.name, geo, params)
+    if result is None:
+        raise ScheduleError(f"ukernel: the GEMM order would break a dependence of {stmt.name}")
+    return result
+
+
+def _check(params: Params, lanes: int) -> None:
+    problems = []
+    if params.nr % lanes or params.nr <= 0:
+        problems.append(f"nr={params.nr} must be a positive multiple of the SIMD width {lanes}")
+    for name in ("mr", "kc", "mc", "nc", "unroll"):
+        if getattr(params, name) < 1:
+            problems.append(f"{name}={getattr(params, name)} must be at least 1")
+    if params.mr > 16:
+        problems.append(f"mr={params.mr}: at most 16 rows of accumulators")
+    if params.split not in ("none", "rows", "cols"):
+        problems.append(f"split={params.split!r} must be 'none', 'rows' or 'cols'")
+    if problems:
+        raise ScheduleError("ukernel: " + "; ".join(problems))
+
+
+def with_ukernel(state: State, statement: str, geo: Geometry, params: Params) -> State | None:
+    """``state`` with ``statement`` in micro-kernel order and marked (None if illegal)."""
+    order = [*geo.outer, geo.row, *geo.cols, *geo.depth]
+    loops = tuple(Var(f"{geo.dims[d]}_g", geo.dims[d]) for d in order)
+    state = state.with_nests(
+        tuple(Nest(statement, loops) if n.statement == statement else n for n in state.nests)
+    )
+    deps = dependences(state.kernel)
+    if broken_order(state, deps) is not None:
+        return None
+    for nest in state.nests:  # the other statements (the init) run as SIMD loops
+        names = nest.names()
+        if nest.statement != statement and names and names[-1] not in state.marks:
+            with contextlib.suppress(ScheduleError):
+                state = annotate.vectorize(state, deps, names[-1])
+    return state.with_mark(loops[len(geo.outer)].name, params.mark())
