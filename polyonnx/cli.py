@@ -3,6 +3,7 @@
 polyonnx run MODEL [--input NAME=FILE.npy ...] [--shape NAME=1,3,224,224 ...]
                    [--compare-ort] [--repeat N] [--threads N]
 polyonnx show MODEL [--kernel NAME] [--llvm] [--shape NAME=...]
+polyonnx profile MODEL [--threads N] [--runs R] [--top K] [--input ...] [--shape ...]
 """
 
 from __future__ import annotations
@@ -11,10 +12,14 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from polyonnx.errors import PolyonnxError
+
+if TYPE_CHECKING:
+    from polyonnx.runtime.compiled import KernelProfile
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,6 +58,18 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--llvm", action="store_true", help="also print the optimised LLVM IR")
     show.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
     show.set_defaults(handler=cmd_show)
+
+    profile = sub.add_parser(
+        "profile", help="time every kernel of a model and print the slowest first"
+    )
+    profile.add_argument("model")
+    profile.add_argument("--threads", type=int, default=None)
+    profile.add_argument("--runs", type=int, default=10, help="timed runs (after one warm-up)")
+    profile.add_argument("--top", type=int, default=20, help="show the K slowest kernels")
+    profile.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
+    profile.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    profile.add_argument("--seed", type=int, default=0)
+    profile.set_defaults(handler=cmd_profile)
     return parser
 
 
@@ -156,6 +173,101 @@ def _median_latency(fn, repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return float(np.median(times))
+
+
+# ---- profile ---------------------------------------------------------------------------
+
+CONTRACTION_OPS = frozenset({"MatMul", "Gemm", "Conv"})
+"""Ops whose GFLOP/s the profile shows (2 * multiply-adds per second)."""
+
+PROFILE_COLUMNS = ("#", "kernel", "op", "ms/run", "% model", "GFLOP/s")
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from polyonnx.runtime.session import InferenceSession
+
+    if args.runs < 1 or args.top < 1:
+        raise PolyonnxError("--runs and --top must be at least 1")
+    start = time.perf_counter()
+    session = InferenceSession(args.model, threads=args.threads, profile=True)
+    feed = _inputs(session, args)
+    session.run(None, feed)  # compiles (if shapes are dynamic) and warms up
+    compile_s = time.perf_counter() - start
+    session.reset_profile()
+    start = time.perf_counter()
+    for _ in range(args.runs):
+        session.run(None, feed)
+    wall = (time.perf_counter() - start) / args.runs
+    records = sorted(session.kernel_profile(), key=lambda r: r.seconds, reverse=True)
+    kernel_s = sum(r.seconds for r in records) / args.runs
+    print(f"model    {args.model}")
+    print(f"threads  {session.threads}, {args.runs} runs after 1 warm-up")
+    print(f"compile  {compile_s * 1e3:.1f} ms (with the warm-up run, which is not counted)")
+    print(
+        f"latency  {wall * 1e3:.3f} ms per run ({kernel_s * 1e3:.3f} ms in {len(records)} kernels)"
+    )
+    _print_table(_profile_rows(records[: args.top], args.runs), PROFILE_COLUMNS)
+    rest = records[args.top :]
+    if rest:
+        rest_ms = sum(r.seconds for r in rest) / args.runs * 1e3
+        share = sum(r.share for r in rest) * 100
+        kernels = "kernel" if len(rest) == 1 else "kernels"
+        print(f"... {len(rest)} more {kernels}: {rest_ms:.3f} ms/run, {share:.1f}% of the model")
+    return 0
+
+
+def _profile_rows(records: Sequence[KernelProfile], runs: int) -> list[tuple[str, ...]]:
+    rows = []
+    for rank, record in enumerate(records, 1):
+        gflops = record.gflops if record.op_type in CONTRACTION_OPS else None
+        rows.append(
+            (
+                str(rank),
+                record.kernel,
+                record.op_type,
+                f"{record.seconds / runs * 1e3:.3f}",
+                f"{record.share * 100:.1f}",
+                "" if gflops is None else f"{gflops:.1f}",
+            )
+        )
+    return rows
+
+
+TEXT_COLUMNS = frozenset({"kernel", "op"})
+"""Left-aligned; the others are numbers, right-aligned."""
+
+
+def _print_table(rows: Sequence[tuple[str, ...]], columns: Sequence[str]) -> None:
+    """With rich if it is installed, else as aligned plain text."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        print(_plain_table(rows, columns))
+        return
+    table = Table()
+    for column in columns:
+        justify = "left" if column in TEXT_COLUMNS else "right"
+        table.add_column(column, justify=justify, no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    console = Console()
+    if not console.is_terminal:  # piped or captured: never wrap to 80 columns
+        console = Console(width=max(console.width, 200))
+    console.print(table)
+
+
+def _plain_table(rows: Sequence[tuple[str, ...]], columns: Sequence[str]) -> str:
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            cell.ljust(width) if column in TEXT_COLUMNS else cell.rjust(width)
+            for cell, width, column in zip(cells, widths, columns, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
 # ---- show ------------------------------------------------------------------------------

@@ -1,11 +1,22 @@
 """The whole model as one LLVM module: a function per kernel and one entry,
 ``void polyonnx_main(ptr %slots)``, that calls the kernels in order with pointers
-computed from the slot array and arena offsets."""
+computed from the slot array and arena offsets.
+
+A profiling build (``profile=True``) also reads CLOCK_MONOTONIC (libc's
+``clock_gettime``) before the first kernel call and after every one, and adds each
+kernel call's elapsed nanoseconds and one call to the module global
+``polyonnx_profile``: ``[2 * kernels x i64]``, (nanoseconds, calls) per call site, in
+call order. The default build has none of this.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import time
 from collections.abc import Mapping, Sequence
+from functools import cache
 
+import llvmlite.binding as llvm
 from llvmlite import ir
 
 from polyonnx.emit.codegen import emit_kernel
@@ -16,6 +27,10 @@ from polyonnx.krnl.ir import Buffer
 from polyonnx.schedule.tree import KernelSchedule
 
 ENTRY = "polyonnx_main"
+PROFILE_GLOBAL = "polyonnx_profile"
+CLOCK_GETTIME = "clock_gettime"
+NOW_NS = "polyonnx_now_ns"
+I32 = ir.IntType(32)
 
 
 def kernel_symbol(index: int, name: str) -> str:
@@ -28,10 +43,14 @@ def emit_module(
     buffers: Mapping[str, Buffer],
     places: Mapping[str, tuple[int, int]],
     target: Target,
+    *,
+    profile: bool = False,
 ) -> tuple[ir.Module, list[str]]:
     """``places`` maps each buffer to (slot index, byte offset). Returns the module and,
     per kernel, the symbol of the function it calls: structurally identical kernels (same
-    statements, shapes, dtypes and schedule; other tensors) share one function."""
+    statements, shapes, dtypes and schedule; other tensors) share one function. With
+    ``profile``, the entry times every kernel call into :data:`PROFILE_GLOBAL` (the JIT
+    then needs :func:`register_profile_symbols`)."""
     module = ir.Module("polyonnx")
     module.triple = target.triple
     width = target.lanes(4)
@@ -46,7 +65,8 @@ def emit_module(
     b = ir.IRBuilder(entry.append_basic_block("entry"))
     slots = entry.args[0]
     pointers: dict[tuple[int, int], ir.Value] = {}
-    for fn, schedule in zip(kernels, schedules, strict=True):
+    clock = _ProfileClock(module, b, len(schedules)) if profile else None
+    for site, (fn, schedule) in enumerate(zip(kernels, schedules, strict=True)):
         args = []
         for name in schedule.kernel.buffers():
             place = places[name]
@@ -60,5 +80,61 @@ def emit_module(
                 )
             args.append(pointers[place])
         b.call(fn, args)
+        if clock is not None:
+            clock.lap(site)
     b.ret_void()
     return module, [fn.name for fn in kernels]
+
+
+@cache
+def register_profile_symbols() -> bool:
+    """Make libc's ``clock_gettime`` known to the JIT; False if it is not there."""
+    fn = getattr(ctypes.CDLL(None), CLOCK_GETTIME, None)
+    if fn is None or not hasattr(time, "CLOCK_MONOTONIC"):
+        return False
+    llvm.add_symbol(CLOCK_GETTIME, ctypes.cast(fn, ctypes.c_void_p).value)
+    return True
+
+
+class _ProfileClock:
+    """Reads the clock in the entry as it is built: once now, then at every ``lap``, which
+    adds the time since the previous read to the call site's counters."""
+
+    def __init__(self, module: ir.Module, b: ir.IRBuilder, sites: int):
+        self.b = b
+        self.counters = ir.GlobalVariable(module, ir.ArrayType(I64, 2 * sites), PROFILE_GLOBAL)
+        self.counters.initializer = ir.Constant(ir.ArrayType(I64, 2 * sites), None)
+        self.now = _now_ns(module)
+        self.last = b.call(self.now, [])
+
+    def lap(self, site: int) -> None:
+        b = self.b
+        now = b.call(self.now, [])
+        self._add(2 * site, b.sub(now, self.last))
+        self._add(2 * site + 1, ir.Constant(I64, 1))
+        self.last = now
+
+    def _add(self, index: int, amount: ir.Value) -> None:
+        b = self.b
+        zero = ir.Constant(I64, 0)
+        slot = b.gep(self.counters, [zero, ir.Constant(I64, index)], inbounds=True)
+        b.store(b.add(b.load(slot, typ=I64), amount), slot)
+
+
+def _now_ns(module: ir.Module) -> ir.Function:
+    """``i64 polyonnx_now_ns()``: CLOCK_MONOTONIC in nanoseconds (a 64-bit timespec)."""
+    timespec = ir.LiteralStructType([I64, I64])
+    gettime = ir.Function(module, ir.FunctionType(I32, [I32, PTR]), CLOCK_GETTIME)
+    fn = ir.Function(module, ir.FunctionType(I64, []), NOW_NS)
+    fn.linkage = "internal"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    spec = b.alloca(timespec, name="ts")
+    b.call(gettime, [ir.Constant(I32, time.CLOCK_MONOTONIC), spec])
+    zero = ir.Constant(I32, 0)
+    fields = [
+        b.gep(spec, [zero, ir.Constant(I32, k)], inbounds=True, source_etype=timespec)
+        for k in (0, 1)
+    ]
+    seconds, nanos = (b.load(f, typ=I64) for f in fields)
+    b.ret(b.add(b.mul(seconds, ir.Constant(I64, 1_000_000_000)), nanos))
+    return fn

@@ -1,4 +1,13 @@
-"""The pipeline from a static Graph to native code, and one native call per inference."""
+"""The pipeline from a static Graph to native code, and one native call per inference.
+
+A model compiled with ``profile=True`` times every kernel call inside the native entry
+(CLOCK_MONOTONIC, nanoseconds); :meth:`CompiledModel.kernel_profile` reads the totals::
+
+    compiled = compile_graph(graph, profile=True)
+    compiled.run(feed)
+    for record in compiled.kernel_profile():
+        print(record.kernel, record.op_type, record.seconds, record.calls, record.share)
+"""
 
 from __future__ import annotations
 
@@ -6,17 +15,20 @@ import ctypes
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
+import islpy as isl
 import numpy as np
 
 from polyonnx.emit.jit import JitModule
-from polyonnx.emit.module import ENTRY, emit_module
+from polyonnx.emit.module import ENTRY, PROFILE_GLOBAL, emit_module, register_profile_symbols
 from polyonnx.emit.target import Target, host_target
 from polyonnx.emit.threads import THREADS_GLOBAL, register_runtime_symbols
-from polyonnx.errors import InputError
+from polyonnx.errors import CodegenError, InputError, PolyonnxError
 from polyonnx.frontend.graph import Graph
 from polyonnx.frontend.load import load_graph
-from polyonnx.krnl.ir import Program
+from polyonnx.krnl.ir import Binary, Kernel, Program
+from polyonnx.krnl.islutil import parse_set
 from polyonnx.krnl.lower import lower, supported_ops
 from polyonnx.krnl.verify import check_bounds
 from polyonnx.runtime.memory import ARENA, Layout, plan_memory
@@ -37,22 +49,54 @@ def lower_model(model, input_shapes: Mapping[str, Sequence[int]] | None = None) 
     return lower(graph)
 
 
-def compile_graph(graph: Graph, target: Target | None = None) -> CompiledModel:
+def compile_graph(
+    graph: Graph, target: Target | None = None, *, profile: bool = False
+) -> CompiledModel:
     program = lower(graph)
-    return compile_program(program, default_schedules(program), target)
+    return compile_program(program, default_schedules(program), target, profile=profile)
 
 
 def compile_program(
-    program: Program, schedules: Sequence[KernelSchedule], target: Target | None = None
+    program: Program,
+    schedules: Sequence[KernelSchedule],
+    target: Target | None = None,
+    *,
+    profile: bool = False,
 ) -> CompiledModel:
+    """With ``profile``, the native entry also times every kernel call (a few clock reads
+    per inference); without, it is exactly the plain build."""
     target = target or host_target()
     check_bounds(program)
     layout = plan_memory(program)
     places = {name: (p.slot, p.offset) for name, p in layout.places.items()}
-    module, symbols = emit_module(schedules, program.buffers, places, target)
-    return CompiledModel(
-        program, tuple(schedules), layout, JitModule(module, target), tuple(symbols)
-    )
+    if profile and not register_profile_symbols():
+        raise CodegenError("profiling needs clock_gettime(CLOCK_MONOTONIC) from the C library")
+    module, symbols = emit_module(schedules, program.buffers, places, target, profile=profile)
+    jit = JitModule(module, target)
+    return CompiledModel(program, tuple(schedules), layout, jit, tuple(symbols), profile)
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """The calls of one kernel in a profiling build, summed over every run since the
+    build or the last ``reset_profile``."""
+
+    kernel: str
+    op_type: str
+    seconds: float
+    calls: int
+    share: float
+    """Of the time of all kernels of the model (0 to 1)."""
+    multiply_adds: int
+    """Per call, the points of the kernel's contraction statements (``reduce == "add"``
+    over a product); 0 for kernels that contract nothing."""
+
+    @property
+    def gflops(self) -> float | None:
+        """Contraction speed, 2 * multiply-adds per second / 1e9; None without either."""
+        if not self.multiply_adds or not self.calls or self.seconds <= 0:
+            return None
+        return 2 * self.multiply_adds * self.calls / self.seconds / 1e9
 
 
 @dataclass
@@ -65,6 +109,8 @@ class CompiledModel:
     jit: JitModule
     symbols: tuple[str, ...]
     """Per kernel, the LLVM function it runs (identical kernels share one)."""
+    profiling: bool = False
+    """Built with per-kernel timers (see :meth:`kernel_profile`)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -77,12 +123,49 @@ class CompiledModel:
                 self._slots[i] = arena_ptr
             elif name in self.program.constants:
                 self._slots[i] = self.program.constants[name].ctypes.data
+        self._counters = None
+        if self.profiling:
+            words = ctypes.c_int64 * (2 * len(self.schedules))
+            address = self.jit.global_address(PROFILE_GLOBAL)
+            self._counters = np.ctypeslib.as_array(words.from_address(address)).reshape(-1, 2)
 
     def set_threads(self, count: int) -> None:
         """How many threads the model's parallel loops use (if it has any)."""
         address = self.jit.global_address(THREADS_GLOBAL)
         if address is not None and register_runtime_symbols():
             ctypes.c_int32.from_address(address).value = max(int(count), 1)
+
+    def kernel_profile(self) -> list[KernelProfile]:
+        """Per kernel, in execution order: the time its calls took (summed) and their count."""
+        counters = self._profile_counters()
+        with self._lock:
+            nanos, calls = counters[:, 0].copy(), counters[:, 1].copy()
+        total = int(nanos.sum())
+        return [
+            KernelProfile(
+                kernel=schedule.kernel.name,
+                op_type=schedule.kernel.op_type,
+                seconds=int(ns) * 1e-9,
+                calls=int(count),
+                share=int(ns) / total if total else 0.0,
+                multiply_adds=multiply_adds(schedule.kernel),
+            )
+            for schedule, ns, count in zip(self.schedules, nanos, calls, strict=True)
+        ]
+
+    def reset_profile(self) -> None:
+        """Zero every kernel's time and call count."""
+        counters = self._profile_counters()
+        with self._lock:
+            counters[:] = 0
+
+    def _profile_counters(self) -> np.ndarray:
+        if self._counters is None:
+            raise PolyonnxError(
+                "this model was compiled without profiling; compile it (or create the "
+                "InferenceSession) with profile=True"
+            )
+        return self._counters
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Inputs must already be validated: C-contiguous arrays of the right dtype/shape."""
@@ -102,3 +185,50 @@ class CompiledModel:
                 source = inputs.get(name)
                 results[name] = np.array(source if source is not None else prog.constants[name])
         return results
+
+
+def multiply_adds(kernel: Kernel) -> int:
+    """The multiply-adds one run of ``kernel`` does: the points of its contraction
+    statements (``reduce == "add"`` of a product), padding excluded."""
+    return sum(
+        count_points(stmt.domain)
+        for stmt in kernel.statements
+        if stmt.reduce == "add" and isinstance(stmt.expr, Binary) and stmt.expr.op == "mul"
+    )
+
+
+@lru_cache(maxsize=4096)
+def count_points(domain: str) -> int:
+    """The exact number of integer points of a bounded isl set without parameters.
+
+    Dims that no constraint ties together are counted apart and the counts multiplied: a
+    padded convolution's 7-d domain costs a few counts of (output, kernel offset) pairs,
+    not a scan of its hundred million points."""
+    pieces = parse_set(domain).make_disjoint().get_basic_sets()
+    return sum(_count_basic_set(piece) for piece in pieces)
+
+
+def _count_basic_set(piece: isl.BasicSet) -> int:
+    if piece.dim(isl.dim_type.div):  # existentials may tie any dims: count as a whole
+        return int(isl.Set.from_basic_set(piece).count_val().to_python())
+    count = 1
+    dims = piece.dim(isl.dim_type.set)
+    for group in _independent_dims(piece):
+        part = piece
+        for d in reversed(range(dims)):
+            if d not in group:
+                part = part.project_out(isl.dim_type.set, d, 1)
+        count *= int(isl.Set.from_basic_set(part).count_val().to_python())
+    return count
+
+
+def _independent_dims(piece: isl.BasicSet) -> list[set[int]]:
+    """The dims of ``piece`` grouped so that no constraint involves two groups."""
+    groups = [{d} for d in range(piece.dim(isl.dim_type.set))]
+    for constraint in piece.get_constraints():
+        tied = [
+            g for g in groups if any(constraint.involves_dims(isl.dim_type.set, d, 1) for d in g)
+        ]
+        if len(tied) > 1:
+            groups = [g for g in groups if g not in tied] + [set().union(*tied)]
+    return groups

@@ -3,6 +3,14 @@
 Models with symbolic input dims are compiled once per distinct input shape (shape
 specialisation: constant trip counts make better loops) and the result is cached.
 Every input is validated — name, dtype, rank, shape — before native code runs.
+
+``profile=True`` compiles every specialisation with per-kernel timers::
+
+    session = InferenceSession("model.onnx", threads=1, profile=True)
+    session.run(None, feed)
+    for record in session.kernel_profile():   # kernel, op_type, seconds, calls, share
+        ...
+    session.reset_profile()
 """
 
 from __future__ import annotations
@@ -15,11 +23,16 @@ import numpy as np
 import onnx
 
 from polyonnx.emit.target import Target
-from polyonnx.errors import InputError, ValueRequiredError
+from polyonnx.errors import InputError, PolyonnxError, ValueRequiredError
 from polyonnx.frontend.graph import Dim, Graph, Value
 from polyonnx.frontend.load import load_graph, load_model
 from polyonnx.krnl.lower import supported_ops
-from polyonnx.runtime.compiled import CompiledModel, compile_graph, compile_program
+from polyonnx.runtime.compiled import (
+    CompiledModel,
+    KernelProfile,
+    compile_graph,
+    compile_program,
+)
 
 ORT_TYPES = {"float32": "float", "float64": "double"}
 
@@ -51,18 +64,23 @@ class InferenceSession:
         threads: int | None = None,
         *,
         target: Target | None = None,
+        profile: bool = False,
     ):
+        """``profile``: time every kernel call (see :meth:`kernel_profile`)."""
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         self.threads = threads or os.cpu_count() or 1
         self._target = target
+        self.profiling = bool(profile)
         self._compiled: dict[tuple, CompiledModel] = {}
+        self._last: CompiledModel | None = None
+        """The specialisation that ran last (whose profile ``kernel_profile`` reads)."""
         self._value_inputs: list[str] = []
         """Inputs whose values lowering needs (axes, shapes): compiled per value."""
         if _is_program(model):  # a polyonnx.Program with scripted schedules
             self.graph = model.graph
             self._model = None
-            compiled = compile_program(*model.compilable(), target)
+            compiled = compile_program(*model.compilable(), target, profile=self.profiling)
             compiled.set_threads(self.threads)
             self._compiled[self._key({})] = compiled
             return
@@ -70,7 +88,8 @@ class InferenceSession:
         self.graph: Graph = load_graph(self._model, supported_ops=supported_ops())
         if self.graph.is_static:
             try:
-                self._compiled[self._key({})] = compile_graph(self.graph, target)
+                compiled = compile_graph(self.graph, target, profile=self.profiling)
+                self._compiled[self._key({})] = compiled
                 self._compiled[self._key({})].set_threads(self.threads)
             except ValueRequiredError as exc:
                 self._value_inputs = list(exc.inputs)
@@ -95,7 +114,8 @@ class InferenceSession:
         unknown = [n for n in names if n not in known]
         if unknown:
             raise InputError(f"unknown output name(s) {unknown}; the model's outputs are {known}")
-        results = self.compiled_for(feed).run(feed)
+        self._last = self.compiled_for(feed)
+        results = self._last.run(feed)
         return [results[n] for n in names]
 
     # -- polyonnx ------------------------------------------------------------------------
@@ -111,7 +131,7 @@ class InferenceSession:
                 self._model, supported_ops=supported_ops(), input_shapes=shapes, input_values=values
             )
             try:
-                self._compiled[key] = compile_graph(graph, self._target)
+                self._compiled[key] = compile_graph(graph, self._target, profile=self.profiling)
                 self._compiled[key].set_threads(self.threads)
             except ValueRequiredError as exc:
                 if set(exc.inputs) <= set(self._value_inputs):
@@ -119,6 +139,31 @@ class InferenceSession:
                 self._value_inputs += [n for n in exc.inputs if n not in self._value_inputs]
                 key = self._key(feed)
         return self._compiled[key]
+
+    def kernel_profile(
+        self, input_feed: Mapping[str, np.ndarray] | None = None
+    ) -> list[KernelProfile]:
+        """Per kernel, in execution order: kernel name, op type, seconds summed over its
+        calls, calls, and share of the model's kernel time, since the first run or the last
+        :meth:`reset_profile`. Models compiled per input shape keep one profile per shape:
+        this is the one of ``input_feed``'s shapes, or without it, of the last run."""
+        if not self.profiling:
+            raise PolyonnxError(
+                "this session does not profile; create it with InferenceSession(..., profile=True)"
+            )
+        if input_feed is not None:
+            return self.compiled_for(self.validate(input_feed)).kernel_profile()
+        compiled = self._last or next(iter(self._compiled.values()), None)
+        if compiled is None:
+            raise PolyonnxError("nothing has been compiled yet: run the session first")
+        return compiled.kernel_profile()
+
+    def reset_profile(self) -> None:
+        """Zero the time and call count of every kernel of every compiled shape."""
+        if not self.profiling:
+            raise PolyonnxError("this session does not profile; create it with profile=True")
+        for compiled in self._compiled.values():
+            compiled.reset_profile()
 
     def _key(self, feed: Mapping[str, np.ndarray]) -> tuple:
         if not feed:
