@@ -313,12 +313,18 @@ def _indent(text: str) -> str:
 
 
 def _function_ir(module_text: str, symbol: str) -> str:
+    """The kernel's function and the functions it made (``symbol.gemm0``, ``symbol.par3``:
+    a GEMM, an outlined parallel loop)."""
     lines = module_text.splitlines()
+    found = []
     for start, line in enumerate(lines):
-        if line.startswith("define") and f"@{symbol}(" in line.replace('"', ""):
+        name = line.replace('"', "")
+        if line.startswith("define") and (f"@{symbol}(" in name or f"@{symbol}." in name):
             end = next(i for i in range(start, len(lines)) if lines[i] == "}")
-            return "\n".join(lines[start : end + 1])
-    return f"(kernel function {symbol} was inlined into the entry by the optimiser)"
+            found.append("\n".join(lines[start : end + 1]))
+    if not found:
+        return f"(kernel function {symbol} was inlined into the entry by the optimiser)"
+    return "\n\n".join(found)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ class Instance:
 class KernelAst:
     root: isl.AstNode
     instances: dict[str, Instance]
+    statements: tuple[Statement, ...]
+    """The kernel's statements, in kernel order."""
 
 
 def build_ast(schedule: KernelSchedule, buffers: dict[str, Buffer]) -> KernelAst:
@@ -66,7 +68,7 @@ def build_ast(schedule: KernelSchedule, buffers: dict[str, Buffer]) -> KernelAst
     build = isl.AstBuild.from_context(isl.Set("{ : }"))
     build, _callback = build.set_at_each_domain(at_each_domain)
     root = build.node_from_schedule(schedule.isl_schedule())
-    return KernelAst(root, instances)
+    return KernelAst(root, instances, schedule.kernel.statements)
 
 
 def _index(build: isl.AstBuild, index, shape, iterators: list[str]) -> Index:

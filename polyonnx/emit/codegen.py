@@ -19,7 +19,7 @@ from polyonnx.emit import ops, smallfloat, threads
 from polyonnx.emit.astgen import Index, Instance, KernelAst, build_ast
 from polyonnx.emit.llvmtypes import I64, PTR, constant, memory_type, splat
 from polyonnx.emit.smallfloat import SMALL_DTYPES
-from polyonnx.emit.ukernel import emit_gemm_call
+from polyonnx.emit.ukernel import Gemm, emit_gemm_call
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import (
     Binary,
@@ -66,9 +66,8 @@ def emit_kernel(
         arg.name = "buf_" + "".join(c if c.isalnum() else "_" for c in buf)[:40]
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     ast = build_ast(schedule, dict(buffers))
-    _KernelWalker(builder, ast, dict(zip(names, fn.args, strict=True)), buffers, width).node(
-        ast.root, {}
-    )
+    walker = _KernelWalker(builder, ast, dict(zip(names, fn.args, strict=True)), buffers, width)
+    walker.node(ast.root, {})
     builder.ret_void()
     return fn
 
@@ -119,7 +118,28 @@ class _KernelWalker:
         if geo is None:
             raise CodegenError(f"ukernel mark over {inst.stmt.name}, which is not a contraction")
         outer = {d: self.expr(inst.dims[geo.dims[d]].exprs[0], env) for d in geo.outer}
-        emit_gemm_call(self.b, geo, params, self.width, self.pointers, outer)
+        under = self._statements_under(node) - {inst.stmt.name}
+        tails = [s for s in self.ast.statements if s.name in under]
+        gemm = Gemm(geo, params, inst.stmt, tuple(tails))
+        emit_gemm_call(self.b, gemm, self.width, self.pointers, outer, self.buffers)
+
+    def _statements_under(self, node: isl.AstNode) -> set[str]:
+        kind = node.get_type()
+        if kind == isl.ast_node_type.user:
+            return {self.instance(node).stmt.name}
+        if kind == isl.ast_node_type.for_:
+            return self._statements_under(node.for_get_body())
+        if kind == isl.ast_node_type.mark:
+            return self._statements_under(node.mark_get_node())
+        if kind == isl.ast_node_type.if_:
+            found = self._statements_under(node.if_get_then_node())
+            if node.if_has_else_node():
+                found |= self._statements_under(node.if_get_else_node())
+            return found
+        found = set()
+        for child in _children(node):
+            found |= self._statements_under(child)
+        return found
 
     def _first_instance(self, node: isl.AstNode) -> Instance:
         kind = node.get_type()

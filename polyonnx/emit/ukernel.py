@@ -22,29 +22,58 @@ is the original loop order's. Split over threads, each thread takes a range of c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from llvmlite import ir
 
-from polyonnx.emit import threads
-from polyonnx.emit.llvmtypes import I64, PTR, splat
-from polyonnx.schedule.gemm import Geometry, Params
+from polyonnx.emit import ops, threads
+from polyonnx.emit.llvmtypes import I64, PTR, constant, splat
+from polyonnx.errors import CodegenError
+from polyonnx.krnl.ir import Access, Binary, Cast, Const, Load, Select, Statement, Unary
+from polyonnx.schedule.gemm import Affine, Geometry, Params, epilogue_loads
 
 F32 = ir.FloatType()
 I32 = ir.IntType(32)
 
 
+@dataclass(frozen=True)
+class Gemm:
+    """What one ukernel mark computes: the contraction, its parameters, and the epilogue
+    statements applied to each finished register tile before it is stored."""
+
+    geo: Geometry
+    params: Params
+    stmt: Statement
+    epilogue: tuple[Statement, ...] = ()
+
+    def operands(self, buffers) -> list[tuple[Statement, Access, Affine, int]]:
+        """(statement, access, offset over the contraction's dims, column step) of every
+        load of another buffer in the epilogue, in order."""
+        found = []
+        for tail in self.epilogue:
+            table = epilogue_loads(self.stmt, tail, self.geo, buffers)
+            if table is None:
+                raise CodegenError(f"{tail.name} cannot be computed in the GEMM's registers")
+            found += [(tail, acc, affine, step) for acc, (affine, step) in table.items()]
+        return found
+
+
 def emit_gemm_call(
     b: ir.IRBuilder,
-    geo: Geometry,
-    params: Params,
+    gemm: Gemm,
     lanes: int,
     pointers: dict[str, ir.Value],
     outer: dict[int, ir.Value],
+    buffers,
 ) -> None:
     """Call (or run on threads) the GEMM of one value of the outer dims, whose values are
     ``outer`` (dim position -> i64)."""
-    bases = [_base(b, pointers[op.buffer], op, outer) for op in (geo.a, geo.b, geo.c)]
+    geo, params = gemm.geo, gemm.params
+    extra = gemm.operands(buffers)
+    operands = [geo.a, geo.b, geo.c, *(affine for _, _, affine, _ in extra)]
+    bases = [_base(b, pointers[op.buffer], op, outer) for op in operands]
     name = f"{b.function.name}.gemm{len(b.module.globals)}"
-    gemm = _gemm_function(b.module, name, geo, params, lanes)
+    gemm_fn = _gemm_function(b.module, name, gemm, extra, lanes)
     whole = [
         ir.Constant(I64, 0),
         ir.Constant(I64, geo.m),
@@ -52,12 +81,12 @@ def emit_gemm_call(
         ir.Constant(I64, geo.n),
     ]
     if params.split not in ("rows", "cols"):
-        b.call(gemm, [*bases, *whole])
+        b.call(gemm_fn, [*bases, *whole])
         return
     step = params.mr if params.split == "rows" else params.nr
     extent = geo.m if params.split == "rows" else geo.n
-    body = _chunk_body(b.module, name + ".chunk", gemm, params.split, step, extent, geo)
-    ctx = b.alloca(I64, ir.Constant(I64, 3), "gemm.ctx")
+    body = _chunk_body(b.module, name + ".chunk", gemm_fn, params.split, step, extent, geo)
+    ctx = b.alloca(I64, ir.Constant(I64, len(bases)), "gemm.ctx")
     for k, ptr in enumerate(bases):
         b.store(b.ptrtoint(ptr, I64), b.gep(ctx, [ir.Constant(I64, k)], source_etype=I64))
     chunks = ir.Constant(I64, -(-extent // step))
@@ -79,9 +108,10 @@ def _chunk_body(module, name, gemm, split, step, extent, geo) -> ir.Function:
     fn = ir.Function(module, threads.BODY_TYPE, name)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     ctx, lo, hi = fn.args
+    count = len(gemm.args) - 4
     ptrs = [
         b.inttoptr(b.load(b.gep(ctx, [ir.Constant(I64, k)], source_etype=I64), typ=I64), PTR)
-        for k in range(3)
+        for k in range(count)
     ]
     start = b.mul(lo, ir.Constant(I64, step))
     stop = _min(b, b.mul(b.add(hi, ir.Constant(I64, 1)), ir.Constant(I64, step)), extent)
@@ -97,20 +127,29 @@ def _chunk_body(module, name, gemm, split, step, extent, geo) -> ir.Function:
 # ---- the GEMM function ----------------------------------------------------------------
 
 
-def _gemm_function(module, name, geo: Geometry, params: Params, lanes: int) -> ir.Function:
-    signature = ir.FunctionType(ir.VoidType(), [PTR] * 3 + [I64] * 4)
+def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
+    geo, params = gemm.geo, gemm.params
+    signature = ir.FunctionType(ir.VoidType(), [PTR] * (3 + len(extra)) + [I64] * 4)
     fn = ir.Function(module, signature, name)
     for arg in fn.args[:3]:
         arg.add_attribute("noalias")
-    a, bmat, c, i_lo, i_hi, j_lo, j_hi = fn.args
+    a, bmat, c = fn.args[:3]
+    i_lo, i_hi, j_lo, j_hi = fn.args[-4:]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     g = _Gemm(b, geo, params, lanes)
+    g.epilogue = gemm.epilogue
+    g.out = gemm.stmt.write.buffer
+    g.extra = {
+        (tail.name, acc): (ptr, affine, step)
+        for (tail, acc, affine, step), ptr in zip(extra, fn.args[3:-4], strict=True)
+    }
     panel = b.alloca(F32, ir.Constant(I64, params.kc * g.ncp), "bp")
     panel.align = 64
     with _loop(b, j_lo, j_hi, params.nc, "jc") as jc:
         nc = _min(b, b.sub(j_hi, jc), params.nc)
         with _loop(b, ir.Constant(I64, 0), ir.Constant(I64, geo.k), params.kc, "kc") as kc:
             kcl = _min(b, b.sub(ir.Constant(I64, geo.k), kc), params.kc)
+            g.finishing = b.icmp_signed("==", b.add(kc, kcl), ir.Constant(I64, geo.k))
             g.pack_b(panel, bmat, kc, kcl, jc, nc)
             with _loop(b, i_lo, i_hi, params.mc, "ic") as ic:
                 ie = _min_value(b, b.add(ic, ir.Constant(I64, params.mc)), i_hi)
@@ -121,7 +160,7 @@ def _gemm_function(module, name, geo: Geometry, params: Params, lanes: int) -> i
                         a_at = b.gep(a, [kc], source_etype=F32)
                         c_at = b.gep(c, [b.add(jc, jr)], source_etype=F32)
                         b_at = b.gep(panel, [jr], source_etype=F32)
-                        g.micro(a_at, b_at, c_at, ir_, ie, kcl, masks)
+                        g.micro(a_at, b_at, c_at, ir_, ie, kcl, masks, b.add(jc, jr))
     b.ret_void()
     return fn
 
@@ -129,6 +168,10 @@ def _gemm_function(module, name, geo: Geometry, params: Params, lanes: int) -> i
 class _Gemm:
     def __init__(self, b: ir.IRBuilder, geo: Geometry, params: Params, lanes: int):
         self.b, self.geo, self.p, self.w = b, geo, params, lanes
+        self.epilogue: tuple[Statement, ...] = ()
+        self.out = ""
+        self.extra: dict = {}
+        self.finishing: ir.Value | None = None
         self.vec = ir.VectorType(F32, lanes)
         self.mask_t = ir.VectorType(ir.IntType(1), lanes)
         self.nv = params.nr // lanes
@@ -175,12 +218,13 @@ class _Gemm:
 
     # -- the micro-kernel ----------------------------------------------------------------
 
-    def micro(self, a_at, b_at, c_at, ir_, ie, kcl, masks) -> None:
+    def micro(self, a_at, b_at, c_at, ir_, ie, kcl, masks, col) -> None:
         b, p, geo = self.b, self.p, self.geo
         last = b.sub(ie, ir.Constant(I64, 1))
-        a_rows, c_rows = [], []
+        a_rows, c_rows, rows = [], [], []
         for r in range(p.mr):
             row = _min_value(b, b.add(ir_, ir.Constant(I64, r)), last)
+            rows.append(row)
             a_rows.append(b.gep(a_at, [b.mul(row, ir.Constant(I64, geo.lda))], source_etype=F32))
             c_rows.append(b.gep(c_at, [b.mul(row, ir.Constant(I64, geo.ldc))], source_etype=F32))
         acc = [
@@ -194,6 +238,60 @@ class _Gemm:
             for r in range(p.mr)
         ]
         acc = self._k_loop(acc, a_rows, b_at, kcl)
+        if not self.epilogue:
+            self._store_tile(acc, c_rows, masks, ir_, ie)
+            return
+        with b.if_else(self.finishing) as (then, otherwise):
+            with then:
+                done = [
+                    [self._finish(acc[r][v], rows[r], col, v, masks[v]) for v in range(self.nv)]
+                    for r in range(p.mr)
+                ]
+                self._store_tile(done, c_rows, masks, ir_, ie)
+            with otherwise:
+                self._store_tile(acc, c_rows, masks, ir_, ie)
+
+    def _finish(self, value, row, col, v, mask):
+        """The epilogue statements applied to one accumulator vector (row ``row``, columns
+        ``col + v*W ..``)."""
+        at = self.b.add(col, ir.Constant(I64, v * self.w))
+        for tail in self.epilogue:
+            value = self._value(tail, tail.expr, value, row, at, mask)
+        return value
+
+    def _value(self, tail, expr, current, row, col, mask):
+        b = self.b
+        if isinstance(expr, Load):
+            if expr.access.buffer == self.out:
+                return current
+            ptr, affine, step = self.extra[(tail.name, expr.access)]
+            offset = b.mul(row, ir.Constant(I64, affine.coeffs[self.geo.row]))
+            if step == 0:
+                scalar = b.load(b.gep(ptr, [offset], source_etype=F32), typ=F32, align=4)
+                return splat(b, scalar, self.w)
+            at = b.gep(ptr, [b.add(offset, col)], source_etype=F32)
+            return b.call(self.mload, [at, ir.Constant(I32, 4), mask, self.zero])
+        if isinstance(expr, Const):
+            return constant(expr.dtype, expr.value, self.w)
+        if isinstance(expr, Unary):
+            x = self._value(tail, expr.x, current, row, col, mask)
+            return ops.unary(b, expr.op, x, expr.x.dtype, expr.dtype)
+        if isinstance(expr, Binary):
+            x = self._value(tail, expr.a, current, row, col, mask)
+            y = self._value(tail, expr.b, current, row, col, mask)
+            return ops.binary(b, expr.op, x, y, expr.a.dtype)
+        if isinstance(expr, Select):
+            cond = self._value(tail, expr.cond, current, row, col, mask)
+            x = self._value(tail, expr.a, current, row, col, mask)
+            y = self._value(tail, expr.b, current, row, col, mask)
+            return b.select(cond, x, y)
+        if isinstance(expr, Cast):
+            x = self._value(tail, expr.x, current, row, col, mask)
+            return ops.cast(b, x, expr.x.dtype, expr.dtype, expr.saturate)
+        raise CodegenError(f"cannot compute {expr!r} in a GEMM epilogue")
+
+    def _store_tile(self, acc, c_rows, masks, ir_, ie) -> None:
+        b, p = self.b, self.p
         for r in range(p.mr):
             store = [(acc[r][v], self._at(c_rows[r], v * self.w), masks[v]) for v in range(self.nv)]
             if r == 0:

@@ -8,6 +8,7 @@ workers and prints for humans; :mod:`polyonnx.krnl.isl` parses them on demand.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -200,6 +201,21 @@ def map_expr(expr: Expr, fn) -> Expr:
 def map_loads(expr: Expr, fn) -> Expr:
     """``expr`` with every Load replaced by ``fn(load)``."""
     return map_expr(expr, lambda e: fn(e) if isinstance(e, Load) else e)
+
+
+def renamed(stmt: Statement, name: str) -> Statement:
+    """``stmt`` under another name (its domain and access tuples renamed too)."""
+
+    def retag(text: str) -> str:
+        return re.sub(r"^\{ \w+\[", f"{{ {name}[", text)
+
+    def access(acc: Access) -> Access:
+        return Access(acc.buffer, retag(acc.index))
+
+    return dataclasses.replace(
+        stmt, name=name, domain=retag(stmt.domain), write=access(stmt.write),
+        expr=map_loads(stmt.expr, lambda ld: dataclasses.replace(ld, access=access(ld.access))),
+    )  # fmt: skip
 
 
 def gathers(expr: Expr) -> list[LoadAt]:

@@ -69,3 +69,15 @@ def named_access(acc: Access, buffer_id: str) -> isl.Map:
     """The access as an isl map whose range tuple is named ``buffer_id``."""
     relation = isl.Map.from_multi_aff(parse_access(acc.index))
     return relation.set_tuple_name(isl.dim_type.out, buffer_id)
+
+
+def is_identity(stmt: Statement, index: str) -> bool:
+    """The access reads (or writes) element (d0, d1, ..) at each point (d0, d1, ..) of the
+    statement's domain (dims of extent 1 may be written as 0)."""
+    names = ", ".join(dim_names(stmt))
+    access = parse_access(index)
+    if access.dim(isl.dim_type.out) != len(dim_names(stmt)):
+        return False
+    domain = parse_set(stmt.domain)
+    identity = isl.Map(f"{{ {stmt.name}[{names}] -> [{names}] }}").intersect_domain(domain)
+    return isl.Map.from_multi_aff(access).intersect_domain(domain).is_equal(identity)

@@ -27,12 +27,14 @@ from polyonnx.emit.threads import THREADS_GLOBAL, register_runtime_symbols
 from polyonnx.errors import CodegenError, InputError, PolyonnxError
 from polyonnx.frontend.graph import Graph
 from polyonnx.frontend.load import load_graph
+from polyonnx.krnl.epilogue import fuse_epilogues
 from polyonnx.krnl.ir import Binary, Kernel, Program
 from polyonnx.krnl.islutil import parse_set
 from polyonnx.krnl.lower import lower, supported_ops
 from polyonnx.krnl.verify import check_bounds
 from polyonnx.runtime.memory import ARENA, Layout, plan_memory
 from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.gemm import geometry
 from polyonnx.schedule.tree import KernelSchedule
 
 
@@ -46,13 +48,23 @@ def lower_model(model, input_shapes: Mapping[str, Sequence[int]] | None = None) 
     if not graph.is_static:
         dynamic = {v.name: list(v.shape) for v in graph.inputs if not v.is_static}
         raise InputError(f"inputs with symbolic dims need concrete shapes: {dynamic}")
-    return lower(graph)
+    return optimize(lower(graph))
+
+
+def optimize(program: Program) -> Program:
+    """Program-level rewrites of the default pipeline: elementwise kernels after a
+    contraction become its epilogue (krnl/epilogue.py)."""
+    return fuse_epilogues(program, lambda kernel: _has_contraction(kernel, program))
+
+
+def _has_contraction(kernel: Kernel, program: Program) -> bool:
+    return any(geometry(s, program.buffers) is not None for s in kernel.statements)
 
 
 def compile_graph(
     graph: Graph, target: Target | None = None, *, profile: bool = False
 ) -> CompiledModel:
-    program = lower(graph)
+    program = optimize(lower(graph))
     return compile_program(program, default_schedules(program), target, profile=profile)
 
 

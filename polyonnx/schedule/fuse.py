@@ -35,6 +35,7 @@ from polyonnx.krnl.ir import (
     gathers,
     loads,
     map_loads,
+    renamed,
 )
 from polyonnx.krnl.islutil import dim_names, named_access, parse_access
 from polyonnx.schedule.state import Nest, State, Var, time_map
@@ -44,22 +45,9 @@ def merge(kernels: Sequence[Kernel]) -> Kernel:
     statements = []
     for kernel in kernels:
         prefix = re.sub(r"\W", "_", kernel.name)
-        statements += [_renamed(s, f"{prefix}_{s.name}") for s in kernel.statements]
+        statements += [renamed(s, f"{prefix}_{s.name}") for s in kernel.statements]
     name = "+".join(k.name for k in kernels)
     return Kernel(name, "+".join(k.op_type for k in kernels), tuple(statements))
-
-
-def _renamed(stmt: Statement, name: str) -> Statement:
-    def retag(text: str) -> str:
-        return re.sub(r"^\{ \w+\[", f"{{ {name}[", text)
-
-    def access(acc: Access) -> Access:
-        return Access(acc.buffer, retag(acc.index))
-
-    return dataclasses.replace(
-        stmt, name=name, domain=retag(stmt.domain), write=access(stmt.write),
-        expr=map_loads(stmt.expr, lambda ld: dataclasses.replace(ld, access=access(ld.access))),
-    )  # fmt: skip
 
 
 # ---- compute_at -----------------------------------------------------------------------

@@ -34,8 +34,27 @@ from dataclasses import asdict, dataclass, fields, replace
 import islpy as isl
 
 from polyonnx.errors import ScheduleError
-from polyonnx.krnl.ir import Binary, Buffer, Kernel, Load, Statement
-from polyonnx.krnl.islutil import dim_names, extents, parse_access, parse_set, row_major_strides
+from polyonnx.krnl.ir import (
+    Binary,
+    Buffer,
+    Cast,
+    Const,
+    Kernel,
+    Load,
+    Select,
+    Statement,
+    Unary,
+    children,
+    loads,
+)
+from polyonnx.krnl.islutil import (
+    dim_names,
+    extents,
+    is_identity,
+    parse_access,
+    parse_set,
+    row_major_strides,
+)
 from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.legality import broken_order
@@ -296,7 +315,7 @@ def ukernel_schedule(
     params = params_for(geo)
     if params is None:
         return None
-    state = with_ukernel(State.original(kernel), stmt.name, geo, params)
+    state = with_ukernel(State.original(kernel), stmt.name, geo, params, buffers)
     return state.to_kernel_schedule() if state is not None else None
 
 
@@ -324,7 +343,7 @@ def ukernel_state(
         raise ScheduleError(f"ukernel: unknown parameters {sorted(unknown)}")
     params = replace(default_params(geo, lanes, 32 if lanes >= 16 else 16), **given)
     _check(params, lanes)
-    result = with_ukernel(state, stmt.name, geo, params)
+    result = with_ukernel(state, stmt.name, geo, params, buffers)
     if result is None:
         raise ScheduleError(f"ukernel: the GEMM order would break a dependence of {stmt.name}")
     return result
@@ -345,19 +364,138 @@ def _check(params: Params, lanes: int) -> None:
         raise ScheduleError("ukernel: " + "; ".join(problems))
 
 
-def with_ukernel(state: State, statement: str, geo: Geometry, params: Params) -> State | None:
-    """``state`` with ``statement`` in micro-kernel order and marked (None if illegal)."""
+def with_ukernel(
+    state: State, statement: str, geo: Geometry, params: Params, buffers: Mapping[str, Buffer]
+) -> State | None:
+    """``state`` with ``statement`` in micro-kernel order and marked (None if illegal);
+    epilogue statements (module docstring of krnl/epilogue.py) that the micro-kernel can
+    apply in registers are fused under the mark, the other statements run as SIMD loops."""
     order = [*geo.outer, geo.row, *geo.cols, *geo.depth]
     loops = tuple(Var(f"{geo.dims[d]}_g", geo.dims[d]) for d in order)
     state = state.with_nests(
         tuple(Nest(statement, loops) if n.statement == statement else n for n in state.nests)
     )
+    host = state.statement(statement)
+    shared = len(geo.outer) + 1 + len(geo.cols)
+    for tail in epilogue_statements(state.kernel, host, geo, buffers):
+        nest = Nest(tail.name, tuple(_epilogue_var(host, tail, v) for v in loops[:shared]))
+        state = state.with_attach(tail.name, statement, shared - 1, nest)
     deps = dependences(state.kernel)
     if broken_order(state, deps) is not None:
         return None
     for nest in state.nests:  # the other statements (the init) run as SIMD loops
         names = nest.names()
-        if nest.statement != statement and names and names[-1] not in state.marks:
+        if nest.statement in state.attach or nest.statement == statement or not names:
+            continue
+        if names[-1] not in state.marks:
             with contextlib.suppress(ScheduleError):
                 state = annotate.vectorize(state, deps, names[-1])
     return state.with_mark(loops[len(geo.outer)].name, params.mark())
+
+
+def epilogue_statements(kernel, host: Statement, geo: Geometry, buffers) -> list[Statement]:
+    """The statements after ``host`` that rewrite its output element for element with an
+    expression the micro-kernel can compute on a register tile: loads of the output at
+    the same element, of other buffers along rows (a bias per channel) or contiguously
+    along the columns (a residual), constants, arithmetic, selects and casts."""
+    found = []
+    after = kernel.statements[kernel.statements.index(host) + 1 :]
+    for stmt in after:
+        if epilogue_loads(host, stmt, geo, buffers) is None:
+            break
+        found.append(stmt)
+    return found
+
+
+def epilogue_loads(host: Statement, stmt: Statement, geo: Geometry, buffers):
+    """{access: (Affine over the host's dims, column step 0 or 1)} of the loads of another
+    buffer in epilogue statement ``stmt``, or None when ``stmt`` is not an epilogue."""
+    coords = _coordinate_dims(host)
+    out = host.write.buffer
+    if (
+        coords is None
+        or stmt.reduce is not None
+        or stmt.write.buffer != out
+        or not _identity_over(stmt, buffers[out].shape, stmt.write.index)
+        or not _simple(stmt.expr)
+    ):
+        return None
+    found = {}
+    for ld in loads(stmt.expr):
+        if ld.access.buffer == out:
+            if not _identity_over(stmt, buffers[out].shape, ld.access.index):
+                return None
+            continue
+        own = _affine(ld.access.buffer, ld.access.index, buffers)
+        if own is None or ld.dtype != "float32":
+            return None
+        coeffs = [0] * len(geo.dims)
+        for p, d in enumerate(coords):
+            if d is not None:
+                coeffs[d] += own.coeffs[p]
+        step = _column_step(coeffs, geo)
+        if step is None:
+            return None
+        found[ld.access] = (Affine(ld.access.buffer, tuple(coeffs), own.const), step)
+    return found
+
+
+def _column_step(coeffs, geo: Geometry) -> int | None:
+    """0 or 1 when the offset moves that much per flattened column, else None."""
+    step = coeffs[geo.cols[-1]]
+    if step not in (0, 1):
+        return None
+    stride = step
+    for d in reversed(geo.cols):
+        if coeffs[d] != stride:
+            return None
+        stride *= geo.sizes[d]
+    return step
+
+
+def _simple(expr) -> bool:
+    if isinstance(expr, (Load, Const)):
+        return expr.dtype in ("float32", "bool")
+    if isinstance(expr, (Unary, Binary, Select, Cast)):
+        return all(_simple(x) for x in children(expr))
+    return False
+
+
+def _coordinate_dims(stmt: Statement) -> list[int | None] | None:
+    """For each coordinate of the statement's write, the dim it equals (None: always 0)."""
+    maff = parse_access(stmt.write.index)
+    count = maff.dim(isl.dim_type.in_)
+    found = []
+    for r in range(maff.dim(isl.dim_type.out)):
+        aff = maff.get_aff(r)
+        if aff.dim(isl.dim_type.div):
+            return None
+        terms = [
+            (d, int(aff.get_coefficient_val(isl.dim_type.in_, d).to_python())) for d in range(count)
+        ]
+        terms = [(d, c) for d, c in terms if c]
+        const = int(aff.get_constant_val().to_python())
+        if const:
+            return None
+        if not terms:
+            found.append(None)
+        elif len(terms) == 1 and terms[0][1] == 1:
+            found.append(terms[0][0])
+        else:
+            return None
+    return found
+
+
+def _identity_over(stmt: Statement, shape, index: str) -> bool:
+    return len(dim_names(stmt)) == len(shape) and is_identity(stmt, index)
+
+
+def _epilogue_var(host: Statement, tail: Statement, loop: Var) -> Var:
+    """``loop`` of the host (over host dim ``loop.expr``) as a loop over the tail's dims."""
+    coords = _coordinate_dims(host)
+    dim = dim_names(host).index(loop.expr)
+    names = dim_names(tail)
+    for p, d in enumerate(coords):
+        if d == dim:
+            return Var(loop.name, names[p])
+    return Var(loop.name, "0")

@@ -24,7 +24,8 @@ KERNELS = [("mm", "MatMul"), ("add", "Add"), ("relu", "Relu")]
 
 
 def _mlp_layer(batch: int | str = M) -> onnx.ModelProto:
-    """y = Relu(x[batch, K] @ w[K, N] + b[N]), one kernel per node."""
+    """y = Relu(x[batch, K] @ w[K, N] + b[N]), one kernel per node: the product is a
+    graph output too, so the Add and Relu are not fused into the MatMul as its epilogue."""
     rng = np.random.default_rng(0)
     nodes = [
         helper.make_node("MatMul", ["x", "w"], ["mm"], name="mm"),
@@ -36,7 +37,7 @@ def _mlp_layer(batch: int | str = M) -> onnx.ModelProto:
         "b": rng.standard_normal(N).astype(np.float32),
     }
     inputs = [value_info("x", np.float32, [batch, K])]
-    outputs = [value_info("y", np.float32, [batch, N])]
+    outputs = [value_info("y", np.float32, [batch, N]), value_info("mm", np.float32, [batch, N])]
     model = make_model(nodes, inputs, outputs, constants)
     assert model.ir_version == 10
     return model
@@ -99,8 +100,8 @@ def test_scripted_program_profiles_too():
     program = polyonnx.load(_mlp_layer())
     program.schedule("relu")  # a scripted (here unchanged) schedule next to default ones
     session = polyonnx.InferenceSession(program, threads=1, profile=True)
-    (y,) = session.run(None, _feed())
-    (want,) = polyonnx.InferenceSession(_mlp_layer(), threads=1).run(None, _feed())
+    y, _ = session.run(None, _feed())
+    want, _ = polyonnx.InferenceSession(_mlp_layer(), threads=1).run(None, _feed())
     np.testing.assert_array_equal(y, want)
     assert [(r.kernel, r.calls) for r in session.kernel_profile()] == [
         ("mm", 1),
@@ -194,20 +195,24 @@ def test_multiply_adds_of_a_padded_conv_excludes_the_padding():
 
 @pytest.fixture()
 def model_path(tmp_path):
-    """y = Relu(x[64, 256]) @ w[256, 256] + b: kernels that run in an order
-    that is not the order of their times (the MatMul is by far the slowest)."""
+    """y = Relu(x[64, 256]) @ w[256, 256] + b, then * 2: kernels that run in an order
+    that is not the order of their times (the MatMul, with the Add fused into it as its
+    epilogue, is by far the slowest; the sum is an output too, so the Mul stays apart)."""
     rng = np.random.default_rng(0)
     nodes = [
         helper.make_node("Relu", ["x"], ["r"], name="relu"),
         helper.make_node("MatMul", ["r", "w"], ["mm"], name="mm"),
-        helper.make_node("Add", ["mm", "b"], ["y"], name="add"),
+        helper.make_node("Add", ["mm", "b"], ["s"], name="add"),
+        helper.make_node("Mul", ["s", "two"], ["y"], name="mul"),
     ]
     constants = {
         "w": rng.standard_normal((256, 256)).astype(np.float32),
         "b": rng.standard_normal(256).astype(np.float32),
+        "two": np.float32(2),
     }
     inputs = [value_info("x", np.float32, [64, 256])]
-    model = make_model(nodes, inputs, [value_info("y", np.float32, [64, 256])], constants)
+    outputs = [value_info("y", np.float32, [64, 256]), value_info("s", np.float32, [64, 256])]
+    model = make_model(nodes, inputs, outputs, constants)
     path = tmp_path / "layer.onnx"
     onnx.save(model, path)
     return str(path)
@@ -233,7 +238,7 @@ def test_cli_prints_kernels_slowest_first_with_gflops(model_path, capsys):
     for column in ("kernel", "op", "ms/run", "% model", "GFLOP/s"):
         assert column in out
     rows = _table_rows(out)
-    assert set(rows) == {"mm", "add", "relu"}
+    assert set(rows) == {"mm", "mul", "relu"}
     ms = [float(cells[3]) for cells in sorted(rows.values(), key=lambda c: int(c[0]))]
     assert ms == sorted(ms, reverse=True)
     assert rows["mm"][0] == "1"  # the last but one kernel to run

@@ -1,0 +1,247 @@
+"""The ukernel schedule (packed GEMM, schedule/gemm.py + emit/ukernel.py) and epilogue
+fusion (krnl/epilogue.py), against numpy on hypothesis shapes: odd sizes, partial row and
+column tiles, K blocks, padded/strided/dilated/grouped convs, and fused epilogues."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import helper
+
+import polyonnx
+from polyonnx.errors import ScheduleError
+from polyonnx.runtime.compiled import lower_model
+from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.gemm import is_ukernel_mark
+from tests.helpers import fast, make_model, random_array, seeds, sum_tol, value_info
+
+F32 = np.float32
+sizes = st.sampled_from((1, 2, 3, 7, 8, 9, 16, 17, 31, 33, 47, 64, 65))
+
+
+def _matmul_model(a_shape, b_shape, out_shape):
+    node = helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")
+    return make_model(
+        [node],
+        [value_info("a", F32, a_shape), value_info("b", F32, b_shape)],
+        [value_info("y", F32, out_shape)],
+    )
+
+
+def _uses_ukernel(model) -> bool:
+    program = lower_model(model)
+    trees = [default_schedule(k, program.buffers).tree for k in program.kernels]
+    return any("ukernel_" in tree for tree in trees)
+
+
+@fast(25)
+@given(m=sizes, k=sizes, n=sizes, seed=seeds)
+def test_matmul_odd_sizes(m, k, n, seed):
+    rng = np.random.default_rng(seed)
+    a, b = random_array(rng, (m, k)), random_array(rng, (k, n))
+    model = _matmul_model((m, k), (k, n), (m, n))
+    got = polyonnx.InferenceSession(model).run(None, {"a": a, "b": b})[0]
+    np.testing.assert_allclose(got, a @ b, **sum_tol(4 * k))
+
+
+def test_odd_matmul_goes_through_the_ukernel_with_partial_tiles():
+    # 37 rows = 4 tiles of 8 + 5; 70 columns = 2 tiles of 32 + 6; K = 600 = 512 + 88
+    assert _uses_ukernel(_matmul_model((37, 600), (600, 70), (37, 70)))
+    rng = np.random.default_rng(0)
+    a, b = random_array(rng, (37, 600)), random_array(rng, (600, 70))
+    got = polyonnx.InferenceSession(_matmul_model((37, 600), (600, 70), (37, 70))).run(
+        None, {"a": a, "b": b}
+    )[0]
+    np.testing.assert_allclose(got, a @ b, **sum_tol(2400))
+
+
+@fast(10)
+@given(batch=st.sampled_from((1, 3, 12)), m=sizes, k=sizes, n=sizes, seed=seeds)
+def test_batched_matmul(batch, m, k, n, seed):
+    rng = np.random.default_rng(seed)
+    a, b = random_array(rng, (batch, m, k)), random_array(rng, (batch, k, n))
+    model = _matmul_model((batch, m, k), (batch, k, n), (batch, m, n))
+    got = polyonnx.InferenceSession(model).run(None, {"a": a, "b": b})[0]
+    np.testing.assert_allclose(got, a @ b, **sum_tol(4 * k))
+
+
+def _conv_reference(x, w, bias, stride, pad, dilation, group):
+    n, _, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (h + 2 * pad - dilation * (kh - 1) - 1) // stride + 1
+    ow = (wd + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
+    y = np.zeros((n, m, oh, ow), np.float64)
+    mg = m // group
+    for g in range(group):
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[
+                    :, g * cg : (g + 1) * cg,
+                    i * dilation : i * dilation + stride * (oh - 1) + 1 : stride,
+                    j * dilation : j * dilation + stride * (ow - 1) + 1 : stride,
+                ]  # fmt: skip
+                y[:, g * mg : (g + 1) * mg] += np.einsum(
+                    "nchw,mc->nmhw", patch, w[g * mg : (g + 1) * mg, :, i, j]
+                )
+    return (y + bias[None, :, None, None]).astype(F32)
+
+
+@fast(15)
+@given(
+    c=st.sampled_from((1, 3, 8, 17)),
+    m=st.sampled_from((4, 9, 16, 33)),
+    hw=st.sampled_from((5, 7, 12, 16)),
+    k=st.sampled_from((1, 3, 5)),
+    stride=st.sampled_from((1, 2)),
+    pad=st.sampled_from((0, 1, 2)),
+    dilation=st.sampled_from((1, 2)),
+    group=st.sampled_from((1, 2)),
+    relu=st.booleans(),
+    seed=seeds,
+)
+def test_conv_with_fused_relu(c, m, hw, k, stride, pad, dilation, group, relu, seed):
+    if hw + 2 * pad < dilation * (k - 1) + 1 or c * group > 40 or m % group:
+        return
+    rng = np.random.default_rng(seed)
+    cin = c * group
+    x = random_array(rng, (1, cin, hw, hw))
+    w = random_array(rng, (m, c, k, k))
+    bias = random_array(rng, (m,))
+    ref = _conv_reference(x, w, bias, stride, pad, dilation, group)
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "w", "b"], ["t" if relu else "y"], name="conv",
+            strides=[stride] * 2, pads=[pad] * 4, dilations=[dilation] * 2, group=group,
+        )
+    ]  # fmt: skip
+    if relu:
+        nodes.append(helper.make_node("Relu", ["t"], ["y"], name="relu"))
+        ref = np.maximum(ref, 0)
+    model = make_model(
+        nodes, [value_info("x", F32, x.shape)], [value_info("y", F32, ref.shape)],
+        {"w": w, "b": bias},
+    )  # fmt: skip
+    got = polyonnx.InferenceSession(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, **sum_tol(16 * c * k * k))
+
+
+def _resnet_block(shape=(1, 16, 9, 9)):
+    """Conv -> BatchNormalization -> Add(residual) -> Relu: the Conv absorbs the rest."""
+    rng = np.random.default_rng(1)
+    c = shape[1]
+    consts = {
+        "w": random_array(rng, (c, c, 3, 3), low=-0.3, high=0.3),
+        "scale": random_array(rng, (c,), low=0.5, high=1.5),
+        "beta": random_array(rng, (c,)),
+        "mean": random_array(rng, (c,)),
+        "var": random_array(rng, (c,), low=0.5, high=2.0),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1] * 4),
+        helper.make_node(
+            "BatchNormalization", ["c", "scale", "beta", "mean", "var"], ["bn"], name="bn"
+        ),
+        helper.make_node("Add", ["bn", "x"], ["s"], name="add"),
+        helper.make_node("Relu", ["s"], ["y"], name="relu"),
+    ]
+    model = make_model(nodes, [value_info("x", F32, shape)], [value_info("y", F32, shape)], consts)
+    return model, consts
+
+
+def test_conv_bn_add_relu_is_one_kernel_and_matches_numpy():
+    model, k = _resnet_block()
+    program = lower_model(model)
+    assert [kernel.name for kernel in program.kernels] == ["conv"]
+    assert not {"c", "bn", "s"} & set(program.buffers)
+    x = random_array(np.random.default_rng(2), (1, 16, 9, 9))
+    conv = _conv_reference(x, k["w"], np.zeros(16, F32), 1, 1, 1, 1)
+    inv = (k["scale"] / np.sqrt(k["var"] + 1e-5))[None, :, None, None]
+    want = np.maximum(
+        (conv - k["mean"][None, :, None, None]) * inv + k["beta"][None, :, None, None] + x, 0
+    )
+    got = polyonnx.InferenceSession(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    schedule = default_schedule(program.kernels[0], program.buffers)
+    assert "ukernel_" in schedule.tree
+
+
+def test_an_intermediate_that_is_a_graph_output_is_not_fused_away():
+    nodes = [
+        helper.make_node("MatMul", ["a", "b"], ["t"], name="mm"),
+        helper.make_node("Relu", ["t"], ["y"], name="relu"),
+    ]
+    model = make_model(
+        nodes,
+        [value_info("a", F32, (20, 30)), value_info("b", F32, (30, 40))],
+        [value_info("t", F32, (20, 40)), value_info("y", F32, (20, 40))],
+    )
+    assert [k.name for k in lower_model(model).kernels] == ["mm", "relu"]
+    rng = np.random.default_rng(3)
+    a, b = random_array(rng, (20, 30)), random_array(rng, (30, 40))
+    t, y = polyonnx.InferenceSession(model).run(None, {"a": a, "b": b})
+    np.testing.assert_allclose(t, a @ b, **sum_tol(120))
+    np.testing.assert_allclose(y, np.maximum(a @ b, 0), **sum_tol(120))
+
+
+def test_an_intermediate_with_two_readers_is_not_fused_away():
+    nodes = [
+        helper.make_node("MatMul", ["a", "b"], ["t"], name="mm"),
+        helper.make_node("Relu", ["t"], ["r"], name="relu"),
+        helper.make_node("Add", ["r", "t"], ["y"], name="add"),
+    ]
+    model = make_model(
+        nodes,
+        [value_info("a", F32, (20, 30)), value_info("b", F32, (30, 40))],
+        [value_info("y", F32, (20, 40))],
+    )
+    assert [k.name for k in lower_model(model).kernels][:2] == ["mm", "relu"]
+    rng = np.random.default_rng(4)
+    a, b = random_array(rng, (20, 30)), random_array(rng, (30, 40))
+    y = polyonnx.InferenceSession(model).run(None, {"a": a, "b": b})[0]
+    np.testing.assert_allclose(y, np.maximum(a @ b, 0) + a @ b, **sum_tol(240))
+
+
+# ---- the schedule primitive ------------------------------------------------------------
+
+
+def test_ukernel_step_with_parameters_replays_and_matches():
+    model = _matmul_model((45, 70), (70, 50), (45, 50))
+    prog = polyonnx.load(model)
+    s = prog.schedule("mm")
+    s.ukernel(mr=4, nr=16, kc=16, mc=8, nc=32, unroll=3, split="rows")
+    mark = next(m for marks in s.state.marks.values() for m in marks if is_ukernel_mark(m))
+    assert mark == "ukernel_mr4_nr16_kc16_mc8_nc32_unroll3_splitrows"
+    rng = np.random.default_rng(5)
+    a, b = random_array(rng, (45, 70)), random_array(rng, (70, 50))
+    got = polyonnx.InferenceSession(prog, threads=2).run(None, {"a": a, "b": b})[0]
+    np.testing.assert_allclose(got, a @ b, **sum_tol(280))
+    again = polyonnx.load(model)
+    again.apply(s.trace)
+    assert again.schedule("mm").state.marks == s.state.marks
+
+
+@pytest.mark.parametrize(
+    ("params", "reason"),
+    [
+        ({"nr": 24}, "multiple of the SIMD width"),
+        ({"kc": 0}, "kc=0 must be at least 1"),
+        ({"split": "diagonal"}, "split='diagonal'"),
+        ({"tile": 3}, "unknown parameters"),
+    ],
+)
+def test_ukernel_step_refuses_bad_parameters(params, reason):
+    s = polyonnx.load(_matmul_model((20, 30), (30, 40), (20, 40))).schedule("mm")
+    with pytest.raises(ScheduleError, match=reason):
+        s.ukernel(**params)
+    assert not s.trace
+
+
+def test_ukernel_step_needs_untransformed_loops():
+    s = polyonnx.load(_matmul_model((20, 30), (30, 40), (20, 40))).schedule("mm")
+    i, *_ = s.loops
+    s.split(i, 4)
+    with pytest.raises(ScheduleError, match="already transformed"):
+        s.ukernel()
