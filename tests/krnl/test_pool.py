@@ -15,8 +15,12 @@ from hypothesis import strategies as st
 import polyonnx
 from polyonnx.frontend import load_graph
 from polyonnx.krnl.lower import lower
+from polyonnx.runtime.compiled import compile_program
+from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.stencil import stencil_schedule
 from tests.helpers import (
     MATH_TOL,
+    assert_matches,
     check_node,
     fast,
     node_model,
@@ -345,3 +349,171 @@ def test_unknown_auto_pad():
     x = np.zeros((1, 1, 4, 4), np.float32)
     with pytest.raises((polyonnx.LoweringError, polyonnx.ModelError), match="SAME_MIDDLE"):
         _lower("MaxPool", x, kernel_shape=[2, 2], auto_pad="SAME_MIDDLE")
+
+
+# ---- separable, global-window and flat lowerings; the stencil schedule ----------------------
+
+
+def _stencil_run(op_type, x, outputs=1, opset=19, **attrs):
+    """The node compiled with stencil_schedule for every kernel that has a window (the
+    default for the others); its outputs and the schedules used."""
+    outs = [(x.dtype, x.ndim)] * outputs
+    model, feed = node_model(op_type, [x], outs, opset=opset, **attrs)
+    program = lower(load_graph(model))
+    schedules = [
+        stencil_schedule(k, program.buffers, 16) or default_schedule(k, program.buffers)
+        for k in program.kernels
+    ]
+    out = compile_program(program, schedules).run(feed)
+    return [out[name] for name in program.outputs], schedules
+
+
+def _pool_reference(op_type, x, geo, include_pad=0):
+    values, indices = windows(x, *geo, include_pad=bool(include_pad))
+    if op_type == "MaxPool":
+        first = np.nanargmax(values, -1)
+        want = np.take_along_axis(values, first[..., None], -1)[..., 0].astype(x.dtype)
+        return want, np.take_along_axis(indices, first[..., None], -1)[..., 0], values
+    return np.nanmean(values, -1).astype(x.dtype), None, values
+
+
+@st.composite
+def strided_cases(draw):
+    """2-D and 3-D pools whose innermost windowed axis is strided with 3+ taps: the
+    separable lowering (odd sizes, asymmetric pads, dilations, ceil_mode)."""
+    rank = draw(st.integers(2, 3))
+    kernel = [draw(st.integers(1, 4)) for _ in range(rank - 1)] + [draw(st.integers(3, 4))]
+    strides = [draw(st.integers(1, 3)) for _ in range(rank - 1)] + [draw(st.integers(2, 3))]
+    dilations = [draw(st.integers(1, 2)) for _ in range(rank)]
+    ceil_mode = draw(st.sampled_from([0, 1]))
+    big = {2: 19, 3: 9}[rank]
+    spatial = [
+        draw(st.integers(d * (k - 1) + 1, big)) for k, d in zip(kernel, dilations, strict=True)
+    ]
+    pads = [draw(st.integers(0, k - 1)) for _ in range(2) for k in kernel]
+    x_shape = (draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 3])), *spatial)
+    attrs = {
+        "kernel_shape": kernel,
+        "strides": strides,
+        "dilations": dilations,
+        "pads": pads,
+        "ceil_mode": ceil_mode,
+    }
+    geo = geometry(spatial, kernel, strides, dilations, "NOTSET", pads, ceil_mode)
+    return x_shape, (kernel, strides, dilations, *geo), attrs
+
+
+@fast(30)
+@given(case=strided_cases(), include_pad=st.sampled_from([0, 1]), seed=seeds)
+def test_separable_pools(case, include_pad, seed):
+    """Strided windows reduce axis by axis through temps; the default and the stencil
+    schedule both match the reference, MaxPool's Indices too."""
+    x_shape, geo, attrs = case
+    x = random_array(np.random.default_rng(seed), x_shape, np.float32)
+    want, picked, values = _pool_reference("MaxPool", x, geo)
+    check_node("MaxPool", [x], [want, picked], opset=12, **attrs)
+    (y, i), _ = _stencil_run("MaxPool", x, outputs=2, opset=12, **attrs)
+    assert_matches(y, want)
+    np.testing.assert_array_equal(i, picked)
+    mean, _, values = _pool_reference("AveragePool", x, geo, include_pad)
+    tol = sum_tol(values.shape[-1])
+    check_node("AveragePool", [x], mean, tol=tol, opset=19, count_include_pad=include_pad, **attrs)
+    (avg,), _ = _stencil_run("AveragePool", x, count_include_pad=include_pad, **attrs)
+    assert_matches(avg, mean, tol)
+
+
+def test_separable_pool_structure():
+    """The ResNet-50 stem pool: a column pass into a temp, then a row pass, each with the
+    window outside a SIMD loop along the row under the stencil schedule."""
+    x = np.random.default_rng(0).standard_normal((1, 4, 21, 19)).astype(np.float32)
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    (kernel,) = _lower("MaxPool", x, **attrs).kernels
+    assert len(kernel.statements) == 4
+    assert any(".pass0" in b for b in kernel.buffers())
+    geo = (
+        [3, 3],
+        [2, 2],
+        [1, 1],
+        *geometry((21, 19), [3, 3], [2, 2], [1, 1], "NOTSET", [1] * 4, 0),
+    )
+    (y,), (schedule,) = _stencil_run("MaxPool", x, **attrs)
+    assert_matches(y, _pool_reference("MaxPool", x, geo)[0])
+    nest = {n.statement: n.names() for n in schedule.state.nests}
+    assert nest["S1"] == ["n", "c", "o0", "k0", "w1"]
+    assert nest["S3"] == ["n", "c", "o0", "k1", "o1"]
+    assert schedule.state.marked("w1", "vectorize") and schedule.state.marked("o1", "vectorize")
+
+
+@pytest.mark.parametrize(
+    "shape, attrs",
+    [
+        ((1, 3, 7, 7), {"kernel_shape": [7, 7]}),
+        ((2, 5, 6, 6), {"kernel_shape": [7, 7], "pads": [0, 0, 1, 1]}),
+        ((1, 4, 5), {"kernel_shape": [6], "pads": [1, 0]}),
+        ((1, 2, 1, 4), {"kernel_shape": [3, 4], "dilations": [2, 1], "pads": [2, 0, 2, 0]}),
+    ],
+)
+@pytest.mark.parametrize("include_pad", [0, 1])
+def test_pools_whose_window_covers_the_input(shape, attrs, include_pad):
+    """One window over every input position: a flat reduction over a view, no window."""
+    x = random_array(np.random.default_rng(3), shape, np.float32)
+    rank = len(shape) - 2
+    full = {"strides": [1] * rank, "dilations": [1] * rank, "pads": [0] * (2 * rank), **attrs}
+    geo = (
+        full["kernel_shape"],
+        full["strides"],
+        full["dilations"],
+        *geometry(shape[2:], *(full[k] for k in ("kernel_shape", "strides", "dilations")),
+                  "NOTSET", full["pads"], 0),
+    )  # fmt: skip
+    model, _ = node_model(
+        "AveragePool", [x], [(np.float32, x.ndim)], opset=19, count_include_pad=include_pad, **attrs
+    )
+    (kernel,) = lower(load_graph(model)).kernels
+    assert "S1[n, c, s]" in kernel.statements[1].domain
+    mean, _, values = _pool_reference("AveragePool", x, geo, include_pad)
+    check_node(
+        "AveragePool", [x], mean, tol=sum_tol(values.shape[-1]), opset=19,
+        count_include_pad=include_pad, **attrs,
+    )  # fmt: skip
+    want, picked, _ = _pool_reference("MaxPool", x, geo)
+    check_node("MaxPool", [x], [want, picked], opset=12, **attrs)
+
+
+def test_global_pools_reduce_a_flat_view_in_simd():
+    """7x7 maps (ResNet-50's last pool) reduce 49 contiguous values per channel."""
+    x = random_array(np.random.default_rng(5), (1, 20, 7, 7), np.float32)
+    (kernel,) = _lower("GlobalAveragePool", x).kernels
+    (read,) = [a for a in kernel.buffers() if a.endswith(".flat")]
+    assert "S1[n, c, s]" in kernel.statements[1].domain and read == "x0.flat"
+    check_node("GlobalAveragePool", [x], x.mean(axis=(2, 3), keepdims=True), tol=sum_tol(49))
+    (y,), _ = _stencil_run("GlobalMaxPool", x, opset=17)
+    assert_matches(y, x.max(axis=(2, 3), keepdims=True))
+
+
+def test_stencil_schedule_declines_other_kernels():
+    """No window (an elementwise op), or a contraction: None, the default stays."""
+    x = np.zeros((1, 2, 8, 8), np.float32)
+    model, _ = node_model("Relu", [x], [(np.float32, 4)])
+    program = lower(load_graph(model))
+    assert stencil_schedule(program.kernels[0], program.buffers, 16) is None
+    a, b = np.zeros((8, 8), np.float32), np.zeros((8, 8), np.float32)
+    model, _ = node_model("MatMul", [a, b], [(np.float32, 2)])
+    program = lower(load_graph(model))
+    assert stencil_schedule(program.kernels[0], program.buffers, 16) is None
+
+
+@fast(20)
+@given(case=pool_cases(), seed=seeds)
+def test_stencil_schedule_matches_the_reference(case, seed):
+    """Any pool (1-D to 3-D, pads, strides, dilations, ceil_mode) under the stencil
+    schedule: MaxPool with Indices and AveragePool with its tap counts."""
+    x_shape, geo, attrs = case
+    x = random_array(np.random.default_rng(seed), x_shape, np.float32)
+    want, picked, _ = _pool_reference("MaxPool", x, geo)
+    (y, i), _ = _stencil_run("MaxPool", x, outputs=2, opset=12, **attrs)
+    assert_matches(y, want)
+    np.testing.assert_array_equal(i, picked)
+    mean, _, values = _pool_reference("AveragePool", x, geo)
+    (avg,), _ = _stencil_run("AveragePool", x, **attrs)
+    assert_matches(avg, mean, sum_tol(values.shape[-1]))

@@ -44,10 +44,13 @@ from polyonnx.krnl.ops.conv import (
     spatial_input,
     window,
 )
-from polyonnx.krnl.ops.reduce import Reduction, identity
+from polyonnx.krnl.ops.reduce import identity
 
 Fn = Callable[[Expr], Expr]
 INT64_MAX = int(np.iinfo(np.int64).max)
+MIN_SEPARATE = 3
+"""The fewest taps along the innermost windowed axis for which a separable pool pays
+(2x2 windows run as fast in one pass)."""
 
 
 @dataclass(frozen=True)
@@ -101,13 +104,82 @@ class Pooling:
         self, out: str, x: Buffer, dtype: str, op: str, f: Fn, first: int
     ) -> list[Statement]:
         """``out = identity; out <op>= f(x[tap])`` over the window's domain."""
+        every = tuple(range(len(self.axes)))
+        return self.pass_statements(x, out, dtype, op, f, (), every, first)
+
+    def passes(self) -> list[tuple[int, ...]] | None:
+        """The axes each pass of a separable reduction handles, or None for one pass.
+
+        Separating pays when the innermost windowed axis is strided: its taps are read a
+        lane at a time, so reading every row once, contiguously, for the other axes' taps
+        first leaves only that axis's few taps to gather. The first pass also takes the
+        axes whose window is one tap (they only pick positions)."""
+        windowed = [i for i, a in enumerate(self.axes) if a.kernel > 1]
+        inner = self.axes[windowed[-1]] if windowed else None
+        if len(windowed) < 2 or inner.stride == 1 or inner.kernel < MIN_SEPARATE:
+            return None
+        first = tuple(i for i in range(len(self.axes)) if i not in windowed[1:])
+        return [first, *((i,) for i in windowed[1:])]
+
+    def pass_shape(self, done: Sequence[int]) -> tuple[int, ...]:
+        """The shape after reducing the windows of the axes ``done``: those at output
+        resolution, the others still at input resolution."""
+        spatial = (a.out if i in done else a.size for i, a in enumerate(self.axes))
+        return (*self.shape[:2], *spatial)
+
+    def pass_statements(
+        self,
+        src: Buffer,
+        dst: str,
+        dtype: str,
+        op: str,
+        f: Fn,
+        done: Sequence[int],
+        current: Sequence[int],
+        first: int,
+    ) -> list[Statement]:
+        """``dst = identity; dst <op>= f(src[tap])`` reducing the windows of the axes
+        ``current``, after those of ``done`` (src is at output resolution along them)::
+
+            dst[n, c, o0, w1] max= src[n, c, 2*o0 + k0 - 1, w1]     (current = (0,))
+        """
         s_init, s_upd = f"S{first}", f"S{first + 1}"
+        spatial, index, k_dims, k_shape, inside = [], [], [], [], []
+        for i, a in enumerate(self.axes):
+            dim = f"o{i}" if i in done or i in current else f"w{i}"
+            spatial.append(dim)
+            if i not in current:
+                index.append(dim)
+                continue
+            k_dims.append(f"k{i}")
+            k_shape.append(a.kernel)
+            index.append(a.tap(dim, f"k{i}"))
+            inside.append(a.inside(dim, f"k{i}"))
+        out_dims = ["n", "c", *spatial]
+        out_shape = self.pass_shape([*done, *current])
+        dims = [*out_dims, *k_dims]
         init = Statement(
-            s_init, self.out_box(s_init), self.write(out, s_init, False), identity(op, dtype)
+            s_init,
+            kb.box(s_init, out_dims, out_shape),
+            kb.access(dst, s_init, out_dims, out_dims),
+            identity(op, dtype),
         )
-        body = f(kb.cast(self.read(x, s_upd), dtype))
-        update = Statement(s_upd, self.window_domain(s_upd), self.write(out, s_upd, True), body, op)
+        read = kb.load(kb.access(src.name, s_upd, dims, ["n", "c", *index]), src.dtype)
+        update = Statement(
+            s_upd,
+            domain(s_upd, dims, [*out_shape, *k_shape], inside),
+            kb.access(dst, s_upd, dims, out_dims),
+            f(kb.cast(read, dtype)),
+            op,
+        )
         return [init, update]
+
+    def covers_input(self) -> bool:
+        """Whether the one window there is takes every input position once: a global pool."""
+        return all(
+            a.out == 1 and set(range(a.size)) <= {a.dilation * k - a.pad for k in range(a.kernel)}
+            for a in self.axes
+        )
 
     def finish(self, out: str, stmt: str, dtype: str, fn: Fn) -> Statement:
         acc = self.write(out, stmt, False)
@@ -134,6 +206,29 @@ def _float_input(node: Node, x: Buffer) -> None:
         )
 
 
+def _window_reduce(
+    ctx: LowerContext, pool: Pooling, out: str, x: Buffer, dtype: str, op: str, f: Fn
+) -> list[Statement]:
+    """Statements S0.. reducing every window of ``x`` into ``out``: as a global pool when
+    the one window covers the input, separably through temps when that pays
+    (:meth:`Pooling.passes`), else in one pass."""
+    if pool.covers_input():
+        return _flat_reduce(ctx, x, out, dtype, op, f)
+    groups = pool.passes()
+    if groups is None:
+        return pool.reduce(out, x, dtype, op, f, 0)
+    stmts: list[Statement] = []
+    src, done = x, ()
+    for p, group in enumerate(groups):
+        shape = pool.pass_shape([*done, *group])
+        last = p == len(groups) - 1
+        dst = out if last else ctx.temp(f"{out}.pass{p}", shape, dtype).name
+        fn = f if p == 0 else (lambda e: e)
+        stmts += pool.pass_statements(src, dst, dtype, op, fn, done, group, len(stmts))
+        src, done = ctx.buffer(dst), (*done, *group)
+    return stmts
+
+
 # ---- MaxPool -------------------------------------------------------------------------------
 
 
@@ -142,16 +237,16 @@ def lower_max_pool(ctx: LowerContext, node: Node) -> None:
     x = ctx.buffer(node.inputs[0])
     pool = _pooling(node, x)
     out = ctx.output(node.outputs[0], pool.out_shape, x.dtype)
-    stmts = pool.reduce(out.name, x, x.dtype, "max", lambda e: e, 0)
+    stmts = _window_reduce(ctx, pool, out.name, x, x.dtype, "max", lambda e: e)
     if len(node.outputs) > 1 and node.outputs[1]:
         storage_order = int(node.attr("storage_order", 0))
         indices = ctx.output(node.outputs[1], pool.out_shape, "int64")
-        stmts += _argmax(pool, x, out, indices.name, storage_order)
+        stmts += _argmax(pool, x, out, indices.name, storage_order, len(stmts))
     ctx.kernel(node, stmts)
 
 
 def _argmax(
-    pool: Pooling, x: Buffer, out: Buffer, indices: str, storage_order: int
+    pool: Pooling, x: Buffer, out: Buffer, indices: str, storage_order: int, first: int
 ) -> list[Statement]:
     """``I = min { flat index of the tap : x[tap] == Y }`` (then column-major if asked);
     a NaN max (max propagates NaN) is found at the window's first NaN."""
@@ -164,21 +259,22 @@ def _argmax(
         terms += [(a.stride * stride, o), (a.dilation * stride, k)]
         offset -= a.pad * stride
     none = kb.const(INT64_MAX, "int64")
-    value = pool.read(x, "S3")
-    hit = kb.binary("eq", value, kb.load(pool.write(out.name, "S3", True), out.dtype), "bool")
+    s_init, s_upd, s_fin = (f"S{first + i}" for i in range(3))
+    value = pool.read(x, s_upd)
+    hit = kb.binary("eq", value, kb.load(pool.write(out.name, s_upd, True), out.dtype), "bool")
     if is_float(x.dtype):
         hit = kb.binary("or", hit, kb.unary("isnan", value, "bool"))
-    init = Statement("S2", pool.out_box("S2"), pool.write(indices, "S2", False), none)
+    init = Statement(s_init, pool.out_box(s_init), pool.write(indices, s_init, False), none)
     found = kb.select(hit, _linear(terms, offset), none)
     update = Statement(
-        "S3", pool.window_domain("S3"), pool.write(indices, "S3", True), found, "min"
+        s_upd, pool.window_domain(s_upd), pool.write(indices, s_upd, True), found, "min"
     )
     if not storage_order:
         return [init, update]
     return [
         init,
         update,
-        pool.finish(indices, "S4", "int64", lambda i: _column_major(i, pool, size)),
+        pool.finish(indices, s_fin, "int64", lambda i: _column_major(i, pool, size)),
     ]
 
 
@@ -218,21 +314,25 @@ def lower_average_pool(ctx: LowerContext, node: Node) -> None:
     pool = _pooling(node, x)
     out = ctx.output(node.outputs[0], pool.out_shape, x.dtype)
     acc = accumulator(ctx, out)
-    stmts = pool.reduce(acc.name, x, acc.dtype, "add", lambda e: e, 0)
+    stmts = _window_reduce(ctx, pool, acc.name, x, acc.dtype, "add", lambda e: e)
     include_pad = bool(int(node.attr("count_include_pad", 0)))
     counts = [_tap_counts(a, include_pad) for a in pool.axes]
     if all(len(set(c.tolist())) == 1 for c in counts):
         divisor = int(np.prod([c[0] for c in counts]))
         stmts.append(
             pool.finish(
-                acc.name, "S2", acc.dtype, lambda y: kb.binary("div", y, kb.const(divisor, y.dtype))
+                acc.name,
+                f"S{len(stmts)}",
+                acc.dtype,
+                lambda y: kb.binary("div", y, kb.const(divisor, y.dtype)),
             )
         )
     else:
         count = ctx.temp(out.name + ".count", pool.out_shape[2:], acc.dtype)
-        stmts += _count_taps(pool, count.name, acc.dtype, include_pad)
-        divide = kb.load(kb.access(count.name, "S4", pool.out_dims, pool.out_dims[2:]), acc.dtype)
-        stmts.append(pool.finish(acc.name, "S4", acc.dtype, lambda y: kb.binary("div", y, divide)))
+        stmts += _count_taps(pool, count.name, acc.dtype, include_pad, len(stmts))
+        s_div = f"S{len(stmts)}"
+        divide = kb.load(kb.access(count.name, s_div, pool.out_dims, pool.out_dims[2:]), acc.dtype)
+        stmts.append(pool.finish(acc.name, s_div, acc.dtype, lambda y: kb.binary("div", y, divide)))
     if acc is not out:
         stmts.append(round_into(out, acc, f"S{len(stmts)}"))
     ctx.kernel(node, stmts)
@@ -249,20 +349,23 @@ def _tap_counts(axis: Axis, include_pad: bool) -> np.ndarray:
     return ((taps >= low) & (taps < high)).sum(axis=1)
 
 
-def _count_taps(pool: Pooling, count: str, dtype: str, include_pad: bool) -> list[Statement]:
+def _count_taps(
+    pool: Pooling, count: str, dtype: str, include_pad: bool, first: int
+) -> list[Statement]:
     """``count[o..] = #taps`` as a sum of ones over the (output, tap) domain, n and c aside."""
     o, k = pool.out_dims[2:], pool.k_dims
     dims = [*o, *k]
     box = [*pool.out_shape[2:], *(a.kernel for a in pool.axes)]
     rule = Axis.in_padded if include_pad else Axis.inside
     constraints = [rule(a, oi, ki) for a, oi, ki in zip(pool.axes, o, k, strict=True)]
+    s_init, s_ones = f"S{first}", f"S{first + 1}"
     init = Statement(
-        "S2", kb.box("S2", o, box[: len(o)]), kb.access(count, "S2", o, o), kb.const(0, dtype)
+        s_init, kb.box(s_init, o, box[: len(o)]), kb.access(count, s_init, o, o), kb.const(0, dtype)
     )
     ones = Statement(
-        "S3",
-        domain("S3", dims, box, constraints),
-        kb.access(count, "S3", dims, o),
+        s_ones,
+        domain(s_ones, dims, box, constraints),
+        kb.access(count, s_ones, dims, o),
         kb.const(1, dtype),
         "add",
     )
@@ -277,10 +380,10 @@ def lower_lp_pool(ctx: LowerContext, node: Node) -> None:
     out = ctx.output(node.outputs[0], pool.out_shape, x.dtype)
     acc = accumulator(ctx, out)
     power, root = _lp(node)
-    stmts = pool.reduce(acc.name, x, acc.dtype, "add", power, 0)
-    stmts.append(pool.finish(acc.name, "S2", acc.dtype, root))
+    stmts = _window_reduce(ctx, pool, acc.name, x, acc.dtype, "add", power)
+    stmts.append(pool.finish(acc.name, f"S{len(stmts)}", acc.dtype, root))
     if acc is not out:
-        stmts.append(round_into(out, acc, "S3"))
+        stmts.append(round_into(out, acc, f"S{len(stmts)}"))
     ctx.kernel(node, stmts)
 
 
@@ -307,28 +410,55 @@ def _lp(node: Node) -> tuple[Fn, Fn]:
 def lower_global_pool(ctx: LowerContext, node: Node) -> None:
     x = ctx.buffer(node.inputs[0])
     spatial_input(node, x)
-    red = Reduction(tuple(x.shape), tuple(range(2, len(x.shape))), keepdims=True)
-    out = ctx.output(node.outputs[0], red.out_shape, x.dtype)
+    out = ctx.output(node.outputs[0], (*x.shape[:2], *(1 for _ in x.shape[2:])), x.dtype)
     if node.op_type == "GlobalMaxPool":
-        ctx.kernel(node, red.statements(out.name, x.name, x.dtype, "max", lambda e: e))
+        ctx.kernel(node, _flat_reduce(ctx, x, out.name, x.dtype, "max", lambda e: e))
         return
     _float_input(node, x)
     acc = accumulator(ctx, out)
     if node.op_type == "GlobalAveragePool":
+        count = int(np.prod(x.shape[2:], dtype=np.int64))
         power: Fn = lambda e: e  # noqa: E731
-        finish: Fn = lambda y: kb.binary("div", y, kb.const(red.count, y.dtype))  # noqa: E731
+        finish: Fn = lambda y: kb.binary("div", y, kb.const(count, y.dtype))  # noqa: E731
     else:
         power, finish = _lp(node)
-    body = power(kb.cast(red.read(x.name, "S1", x.dtype), acc.dtype))
-    stmts = [
-        Statement(
-            "S0", red.out_box("S0"), red.write(acc.name, "S0", False), identity("add", acc.dtype)
-        ),
-        Statement(
-            "S1", kb.box("S1", red.loop_dims, x.shape), red.write(acc.name, "S1", True), body, "add"
-        ),
-        red.finish(acc.name, "S2", acc.dtype, finish),
-    ]
+    stmts = _flat_reduce(ctx, x, acc.name, acc.dtype, "add", power)
+    stmts.append(_flat_finish(x, acc.name, "S2", acc.dtype, finish))
     if acc is not out:
         stmts.append(round_into(out, acc, "S3"))
     ctx.kernel(node, stmts)
+
+
+def _flat_reduce(
+    ctx: LowerContext, x: Buffer, out: str, dtype: str, op: str, f: Fn
+) -> list[Statement]:
+    """``out[n, c, 0..] = identity; out[n, c, 0..] <op>= f(x[n, c, s])`` with x seen as
+    N x C x (spatial size) (a view, no copy), so the reduction runs along one contiguous
+    dim, in SIMD lanes, however small each spatial axis is."""
+    size = int(np.prod(x.shape[2:], dtype=np.int64))
+    flat = f"{x.name}.flat"
+    if flat not in ctx.buffers:
+        ctx.view(flat, x.name, (*x.shape[:2], size))
+    at = ["n", "c", *("0" for _ in x.shape[2:])]
+    dims = ["n", "c", "s"]
+    init = Statement(
+        "S0",
+        kb.box("S0", dims[:2], x.shape[:2]),
+        kb.access(out, "S0", dims[:2], at),
+        identity(op, dtype),
+    )
+    read = kb.load(kb.access(flat, "S1", dims, dims), x.dtype)
+    update = Statement(
+        "S1",
+        kb.box("S1", dims, (*x.shape[:2], size)),
+        kb.access(out, "S1", dims, at),
+        f(kb.cast(read, dtype)),
+        op,
+    )
+    return [init, update]
+
+
+def _flat_finish(x: Buffer, out: str, stmt: str, dtype: str, fn: Fn) -> Statement:
+    """``out[n, c, 0..] = fn(out[n, c, 0..])``."""
+    at = kb.access(out, stmt, ["n", "c"], ["n", "c", *("0" for _ in x.shape[2:])])
+    return Statement(stmt, kb.box(stmt, ["n", "c"], x.shape[:2]), at, fn(kb.load(at, dtype)))
