@@ -88,3 +88,30 @@ def test_softmax_rejects_out_of_range_axis(opset, axis):
     model, _ = node_model("Softmax", [x], [(np.float32, 2)], opset=opset, axis=axis)
     with pytest.raises(polyonnx.LoweringError, match=f"'softmax_node'.*axis {axis}"):
         polyonnx.InferenceSession(model)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("shape", [(128,), (3, 131), (2, 200), (1021,), (2, 3, 257), (5, 127)])
+def test_softmax_long_rows(op, shape):
+    """Rows of at least two lane blocks take the two-stage max and sum (partials per
+    row); lengths that are not multiples of the block leave partials short."""
+    x = random_array(np.random.default_rng(len(shape)), shape, np.float32, -10, 10)
+    log = op == "LogSoftmax"
+    expected = _softmax(x, (len(shape) - 1,), log).astype(np.float32)
+    check_node(op, [x], expected, tol=LOG_SOFTMAX_TOL if log else SOFTMAX_TOL, opset=13)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_long_rows_with_large_and_nan_values(op):
+    x = random_array(np.random.default_rng(3), (3, 300), np.float32, -10, 10)
+    x[0, 217] = 3.0e38  # the max sits in a late partial
+    x[1, :] = -1000.0
+    x[2, 5] = np.nan
+    log = op == "LogSoftmax"
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = _softmax(x, (1,), log).astype(np.float32)
+    got = polyonnx.InferenceSession(node_model(op, [x], [(np.float32, 2)], opset=13)[0]).run(
+        None, {"x0": x}
+    )[0]
+    np.testing.assert_allclose(got[:2], expected[:2], rtol=1e-5, atol=1e-4)
+    assert np.isnan(got[2]).all()
