@@ -27,6 +27,7 @@ from polyonnx.emit.threads import THREADS_GLOBAL, register_runtime_symbols
 from polyonnx.errors import CodegenError, InputError, PolyonnxError
 from polyonnx.frontend.graph import Graph
 from polyonnx.frontend.load import load_graph
+from polyonnx.krnl.chain import fuse_elementwise
 from polyonnx.krnl.epilogue import fuse_epilogues
 from polyonnx.krnl.ir import Binary, Kernel, Program
 from polyonnx.krnl.islutil import parse_set
@@ -52,8 +53,10 @@ def lower_model(model, input_shapes: Mapping[str, Sequence[int]] | None = None) 
 
 
 def optimize(program: Program) -> Program:
-    """Program-level rewrites of the default pipeline: elementwise kernels after a
-    contraction become its epilogue (krnl/epilogue.py)."""
+    """Program-level rewrites of the default pipeline: chains of elementwise kernels
+    become one (krnl/chain.py), then elementwise kernels after a contraction become its
+    epilogue (krnl/epilogue.py)."""
+    program = fuse_elementwise(program)
     return fuse_epilogues(program, lambda kernel: _has_contraction(kernel, program))
 
 

@@ -15,6 +15,7 @@ from polyonnx.krnl.ir import REDUCE_OPS, Buffer, Kernel, Statement, loads
 from polyonnx.krnl.islutil import dim_names, extents, flat_stride
 from polyonnx.schedule.blocking import blocked_schedule
 from polyonnx.schedule.gemm import Geometry, Params, default_params, ukernel_schedule, worth_it
+from polyonnx.schedule.stencil import stencil_schedule
 from polyonnx.schedule.tree import KernelSchedule, LoopNest, sequence_tree
 
 MIN_VECTOR_EXTENT = 4
@@ -31,6 +32,9 @@ def default_schedule(
     blocked = blocked_schedule(kernel, buffers, lanes)
     if blocked is not None:
         return blocked
+    stencil = stencil_schedule(kernel, buffers, lanes)
+    if stencil is not None:
+        return stencil
     return sequence_tree(kernel, [loop_nest(stmt, buffers) for stmt in kernel.statements])
 
 
