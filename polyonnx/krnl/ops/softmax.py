@@ -105,16 +105,17 @@ def _reduction(
     if red.axes != (rank - 1,) or n < 2 * LANES_BLOCK:
         return _plain(red, target, source, dtype, op, update, first)
     lead = [f"d{a}" for a in range(rank - 1)]
+    lane = red.loop_dims[-1]  # the row's own dim name: every statement's SIMD loop is one name
     partial = ctx.temp(target + ".part", (*red.shape[:-1], LANES_BLOCK), dtype).name
     s_init, s_upd = f"S{first}", f"S{first + 1}"
-    kept = [*lead, "l"]
+    kept = [*lead, lane]
     box = kb.box(s_init, kept, (*red.shape[:-1], LANES_BLOCK))
     init = Statement(s_init, box, kb.access(partial, s_init, kept, kept), identity(op, dtype))
-    loop = [*lead, "c", "l"]
+    loop = [*lead, "c", lane]
     bounds = [f"0 <= {d} < {size}" for d, size in zip(lead, red.shape, strict=False)]
-    bounds += [f"0 <= l < {LANES_BLOCK}", f"0 <= {LANES_BLOCK} * c + l < {n}"]
+    bounds += [f"0 <= {lane} < {LANES_BLOCK}", f"0 <= {LANES_BLOCK} * c + {lane} < {n}"]
     domain = f"{{ {s_upd}[{', '.join(loop)}] : {' and '.join(bounds)} }}"
-    read = kb.load(kb.access(source, s_upd, loop, [*lead, f"{LANES_BLOCK} * c + l"]), dtype)
+    read = kb.load(kb.access(source, s_upd, loop, [*lead, f"{LANES_BLOCK} * c + {lane}"]), dtype)
     write = kb.access(partial, s_upd, loop, kept)
     row_index = [*lead, "0"]
 
