@@ -59,6 +59,7 @@ class _Format:
     ln2_hi: float  # ln2 = ln2_hi + ln2_lo, ln2_hi with trailing zero bits
     ln2_lo: float
     expm1_poly: tuple[float, ...]  # (e^r - 1 - r)/r^2 on |r| <= ln2/2
+    exp_poly: tuple[float, ...]  # (e^r - 1)/r on |r| <= ln2/2 (+ slack), for e^r's relative error
     log_poly: tuple[float, ...]  # log1p on the reduced argument (form differs, see below)
     sin_poly: tuple[float, ...]  # (sin r - r)/r^3 as a polynomial in r^2, |r| <= pi/4
     cos_poly: tuple[float, ...]  # (cos r - 1 + r^2/2)/r^4 in r^2, |r| <= pi/4
@@ -123,6 +124,16 @@ _F32 = _Format(
         1.6666665459e-1,
         5.0000001201e-1,
     ),
+    # Fit for this module (docs/mathfn.md): relative error 3.1e-9 of 1 + r Q(r) = e^r on
+    # |r| <= 0.347, coefficients rounded to float one by one and the rest refitted.
+    exp_poly=(
+        1.3819511514157057e-3,
+        8.368690498173237e-3,
+        4.1668280959129333e-2,
+        1.666652113199234e-1,
+        4.999999403953552e-1,
+        1.0,
+    ),
     # Cephes logf: log(1+f) = f - f^2/2 + f^3 P(f), f in [sqrt(1/2)-1, sqrt(2)-1].
     log_poly=(
         7.0376836292e-2,
@@ -160,6 +171,22 @@ _F32 = _Format(
     ),
 )
 
+# Remez fit of (e^r - 1 - r)/r^2 on |r| <= ln2/2, weighted for the relative error of expm1:
+# 2.6e-19.  exp uses it as (e^r - 1)/r = 1 + r P(r).
+_F64_EXPM1_POLY = (
+    2.0875329922881296986e-9,
+    2.510900045912246547e-8,
+    2.7557402703672395101e-7,
+    2.7557244317375898872e-6,
+    2.480158717239570902e-5,
+    1.9841269886016844939e-4,
+    1.3888888888962479427e-3,
+    8.3333333333216738364e-3,
+    4.1666666666666508491e-2,
+    1.6666666666666676526e-1,
+    5.0000000000000000085e-1,
+)
+
 _F64 = _Format(
     bits=64,
     mant=52,
@@ -174,21 +201,8 @@ _F64 = _Format(
     # fdlibm split: ln2_hi has 32 trailing zero bits.
     ln2_hi=6.93147180369123816490e-01,
     ln2_lo=1.90821492927058770002e-10,
-    # Remez fit of (e^r - 1 - r)/r^2 on |r| <= ln2/2, weighted for the relative error of
-    # expm1: 2.6e-19.
-    expm1_poly=(
-        2.0875329922881296986e-9,
-        2.510900045912246547e-8,
-        2.7557402703672395101e-7,
-        2.7557244317375898872e-6,
-        2.480158717239570902e-5,
-        1.9841269886016844939e-4,
-        1.3888888888962479427e-3,
-        8.3333333333216738364e-3,
-        4.1666666666666508491e-2,
-        1.6666666666666676526e-1,
-        5.0000000000000000085e-1,
-    ),
+    expm1_poly=_F64_EXPM1_POLY,
+    exp_poly=(*_F64_EXPM1_POLY, 1.0),
     # fdlibm log: log(1+f) = 2s + s*R(s^2), s = f/(2+f); R = z*(Lg1 + z*(Lg2 + ...)).
     log_poly=(
         1.479819860511658591e-01,
@@ -402,11 +416,38 @@ def _exp_reduce(e: _Emitter, x, lo: float):
 
 
 def _exp(e: _Emitter, x):
-    """e^x = 2^k (1 + expm1(r)).  The 2^k scaling is split in two exact power-of-two
-    multiplies so that overflow gives inf and gradual underflow is rounded once."""
-    k, p = _exp_reduce(e, x, e.fmt.exp_lo)
-    y = e.ldexp(e.add(p, e.f(1.0)), e.to_int(k))
-    return e.sel(e.isnan(x), x, y)
+    """e^x = 2^k e^r, x = k ln2 + r, |r| <= ln2/2 (float: 18 instructions on AVX-512).
+
+    - Clamp x to [exp_lo, exp_hi] with selects that keep NaN (two vmin/vmax).  From there
+      on plain arithmetic gives exp(-inf) = 0, exp(inf) = inf, overflow to inf, gradual
+      underflow to 0, and NaN propagates: no special-value select is needed.
+    - k = x log2e rounded once by adding the magic number 1.5*2^mant + (bias - 1) (one
+      FMA), read back exactly by subtracting it; the low bits of the sum's pattern are
+      k + bias - 1, in range after the clamp.  r by the two-part (Cody-Waite) ln2 in two
+      FMAs; the first is exact.
+    - p(r) = 2 e^r: ``exp_poly`` doubled (exactly), Horner in FMAs, the last one adding 2
+      so the result is rounded once.  The factor 2 lets 2^(k-1) stand for 2^k below.
+    - Scale without a float->int conversion: the sum's pattern shifted left by mant is
+      2^(k-1)'s pattern for every k in range (the magic's own bits shift out).  It is
+      split as 2^(k-1) = 2^kn 2^(k-1-kn), kn = max(k-1, 1-bias) by an integer max, so
+      both factors are normal: p 2^(k-1-kn) is exact, and the multiply by 2^kn rounds
+      subnormal results once and overflows to inf.  (Adding k-1-kn to p's exponent bits
+      instead would save an instruction but can turn a NaN p into a number.)"""
+    fmt = e.fmt
+    xc = e.sel(e.cmp(">", x, e.f(fmt.exp_hi)), e.f(fmt.exp_hi), x)
+    xc = e.sel(e.cmp("<", xc, e.f(fmt.exp_lo)), e.f(fmt.exp_lo), xc)
+    magic = 1.5 * 2.0**fmt.mant + (fmt.bias - 1)
+    j = e.fma(xc, e.f(_LOG2E), e.f(magic))
+    k = e.sub(j, e.f(magic))
+    r = e.fma(k, e.f(-fmt.ln2_hi), xc)
+    r = e.fma(k, e.f(-fmt.ln2_lo), r)
+    q = e.horner(r, tuple(2.0 * c for c in fmt.exp_poly))
+    p = e.fma(q, r, e.f(2.0))
+    scale = e.b.shl(e.as_int(j), e.i(fmt.mant))  # 2^(k-1); wraps below the normal range
+    min_normal = e.i(1 << fmt.mant)  # the pattern of 2^(1-bias)
+    normal = e.b.select(e.b.icmp_signed(">", scale, min_normal), scale, min_normal)
+    rest = e.b.add(e.b.sub(scale, normal), e.i(fmt.bits_of(1.0)))  # 2^(k-1-kn)
+    return e.mul(e.mul(p, e.as_float(rest)), e.as_float(normal))
 
 
 def _expm1(e: _Emitter, x):
