@@ -55,7 +55,7 @@ def test_show_prints_domains_accesses_and_loop_nest(capsys):
     assert "=== kernel fc0 (Gemm) ===" in out
     assert "S1: domain { S1[i, j, k] : 0 <= i < 8 and 0 <= j < 512 and 0 <= k < 784 }" in out
     assert "read  w0: { S1[i, j, k] -> [k, j] }" in out
-    assert "#pragma vectorize" in out  # the bias init
+    assert "relu0[i_g][j_g] = b0[j_g];" in out  # the bias init, in the register tile
     # the default runs the Gemm as packed GEMM with an 8 x 32 register tile
     assert "#pragma ukernel_mr8_nr32_kc512" in out
     assert "for (int k_g = 0; k_g <= 783; k_g++)" in out

@@ -24,6 +24,10 @@ class Index:
     exprs: tuple[isl.AstExpr, ...]
     strides: tuple[int, ...]
     steps: dict[str, int | None]
+    flat: isl.AstExpr | None = None
+    """The flat element offset as one expression (None for a dim value): simpler than the
+    per-dim sum, and affine where the dims are not (a coalesced loop's floor/mod terms
+    cancel in the offset)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,11 @@ def _index(build: isl.AstBuild, index, shape, iterators: list[str]) -> Index:
     )
     strides = tuple(row_major_strides(shape)) if shape is not None else (1,)
     exprs = tuple(build.expr_from_pw_aff(pa) for pa in pieces)
+    offset = None
+    if shape is not None and pieces:
+        offset = pieces[0].scale_val(isl.Val(strides[0]))
+        for pa, stride in zip(pieces[1:], strides[1:], strict=True):
+            offset = offset.add(pa.scale_val(isl.Val(stride)))
     steps: dict[str, int | None] = {}
     for pos, name in enumerate(iterators):
         total: int | None = 0
@@ -89,8 +98,11 @@ def _index(build: isl.AstBuild, index, shape, iterators: list[str]) -> Index:
                 total = None
                 break
             total += coeff * stride
+        if total is None and offset is not None:
+            total = _coefficient(offset, pos)
         steps[name] = total
-    return Index(exprs, strides, steps)
+    flat = build.expr_from_pw_aff(offset) if offset is not None else None
+    return Index(exprs, strides, steps, flat)
 
 
 def _coefficient(pa: isl.PwAff, pos: int) -> int | None:
@@ -98,6 +110,9 @@ def _coefficient(pa: isl.PwAff, pos: int) -> int | None:
         return None
     aff = pa.get_pieces()[0][1]
     for d in range(aff.dim(isl.dim_type.div)):
+        if aff.get_coefficient_val(isl.dim_type.div, d).is_zero():
+            continue  # a div that cancelled out
         if aff.get_div(d).involves_dims(isl.dim_type.in_, pos, 1):
             return None
-    return int(aff.get_coefficient_val(isl.dim_type.in_, pos).to_python())
+    coeff = aff.get_coefficient_val(isl.dim_type.in_, pos)
+    return int(coeff.to_python()) if coeff.is_int() else None  # 1/2: not a fixed step

@@ -113,14 +113,22 @@ class _KernelWalker:
     def ukernel(self, node: isl.AstNode, env: Env, params: Params) -> None:
         """The contraction under the mark as packed GEMM (emit/ukernel.py), for the values
         of the outer dims the enclosing loops give."""
-        inst = self._first_instance(node)
+        under = self._statements_under(node)
+        found = [
+            i for i in self.ast.instances.values()
+            if i.stmt.name in under and geometry(i.stmt, self.buffers) is not None
+        ]  # fmt: skip
+        if not found:
+            raise CodegenError(f"ukernel mark over {sorted(under)}: none is a contraction")
+        inst = found[0]
         geo = geometry(inst.stmt, self.buffers)
-        if geo is None:
-            raise CodegenError(f"ukernel mark over {inst.stmt.name}, which is not a contraction")
         outer = {d: self.expr(inst.dims[geo.dims[d]].exprs[0], env) for d in geo.outer}
-        under = self._statements_under(node) - {inst.stmt.name}
-        tails = [s for s in self.ast.statements if s.name in under]
-        gemm = Gemm(geo, params, inst.stmt, tuple(tails))
+        under -= {inst.stmt.name}
+        order = list(self.ast.statements)
+        position = order.index(inst.stmt)
+        before = [s for s in order[:position] if s.name in under]
+        after = tuple(s for s in order[position + 1 :] if s.name in under)
+        gemm = Gemm(geo, params, inst.stmt, before[-1] if before else None, after)
         emit_gemm_call(self.b, gemm, self.width, self.pointers, outer, self.buffers)
 
     def _statements_under(self, node: isl.AstNode) -> set[str]:
@@ -140,20 +148,6 @@ class _KernelWalker:
         for child in _children(node):
             found |= self._statements_under(child)
         return found
-
-    def _first_instance(self, node: isl.AstNode) -> Instance:
-        kind = node.get_type()
-        if kind == isl.ast_node_type.user:
-            return self.instance(node)
-        if kind == isl.ast_node_type.for_:
-            return self._first_instance(node.for_get_body())
-        if kind == isl.ast_node_type.mark:
-            return self._first_instance(node.mark_get_node())
-        if kind == isl.ast_node_type.if_:
-            return self._first_instance(node.if_get_then_node())
-        if kind == isl.ast_node_type.block:
-            return self._first_instance(_children(node)[0])
-        raise CodegenError(f"unexpected isl AST node under a ukernel mark: {node.to_C_str()}")
 
     def _bounded_unit_loop(self, node: isl.AstNode) -> bool:
         if node.get_type() != isl.ast_node_type.for_:
@@ -466,12 +460,15 @@ class _KernelWalker:
 
     def address(self, inst: Instance, acc, env: Env) -> ir.Value:
         index = inst.accesses[acc]
-        offset = ir.Constant(I64, 0)
-        for expr, stride in zip(index.exprs, index.strides, strict=True):
-            term = self.expr(expr, env)
-            if stride != 1:
-                term = self.b.mul(term, ir.Constant(I64, stride))
-            offset = self.b.add(offset, term)
+        if index.flat is not None:
+            offset = self.expr(index.flat, env)
+        else:
+            offset = ir.Constant(I64, 0)
+            for expr, stride in zip(index.exprs, index.strides, strict=True):
+                term = self.expr(expr, env)
+                if stride != 1:
+                    term = self.b.mul(term, ir.Constant(I64, stride))
+                offset = self.b.add(offset, term)
         dtype = self.buffers[acc.buffer].dtype
         return self.b.gep(
             self.pointers[acc.buffer], [offset], inbounds=True, source_etype=memory_type(dtype)

@@ -44,13 +44,16 @@ class Gemm:
     geo: Geometry
     params: Params
     stmt: Statement
+    prologue: Statement | None = None
+    """Initialises the accumulators on the first K block (C is not read then)."""
     epilogue: tuple[Statement, ...] = ()
+    """Finish each accumulator on the last K block, before the store."""
 
     def operands(self, buffers) -> list[tuple[Statement, Access, Affine, int]]:
         """(statement, access, offset over the contraction's dims, column step) of every
         load of another buffer in the epilogue, in order."""
         found = []
-        for tail in self.epilogue:
+        for tail in [self.prologue] * (self.prologue is not None) + list(self.epilogue):
             table = epilogue_loads(self.stmt, tail, self.geo, buffers)
             if table is None:
                 raise CodegenError(f"{tail.name} cannot be computed in the GEMM's registers")
@@ -138,6 +141,7 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     g = _Gemm(b, geo, params, lanes)
     g.epilogue = gemm.epilogue
+    g.prologue = gemm.prologue
     g.out = gemm.stmt.write.buffer
     g.extra = {
         (tail.name, acc): (ptr, affine, step)
@@ -145,14 +149,22 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
     }
     panel = b.alloca(F32, ir.Constant(I64, params.kc * g.ncp), "bp")
     panel.align = 64
+    a_panel = None
+    if params.packa:
+        rows = -(-params.mc // params.mr) * params.mr
+        a_panel = b.alloca(F32, ir.Constant(I64, rows * params.kc), "ap")
+        a_panel.align = 64
     with _loop(b, j_lo, j_hi, params.nc, "jc") as jc:
         nc = _min(b, b.sub(j_hi, jc), params.nc)
         with _loop(b, ir.Constant(I64, 0), ir.Constant(I64, geo.k), params.kc, "kc") as kc:
             kcl = _min(b, b.sub(ir.Constant(I64, geo.k), kc), params.kc)
             g.finishing = b.icmp_signed("==", b.add(kc, kcl), ir.Constant(I64, geo.k))
+            g.starting = b.icmp_signed("==", kc, ir.Constant(I64, 0))
             g.pack_b(panel, bmat, kc, kcl, jc, nc)
             with _loop(b, i_lo, i_hi, params.mc, "ic") as ic:
                 ie = _min_value(b, b.add(ic, ir.Constant(I64, params.mc)), i_hi)
+                if a_panel is not None:
+                    g.pack_a(a_panel, a, ic, ie, kc, kcl)
                 with _loop(b, ir.Constant(I64, 0), nc, params.nr, "jr") as jr:
                     cols = _min(b, b.sub(nc, jr), params.nr)
                     masks = g.column_masks(cols)
@@ -160,7 +172,12 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
                         a_at = b.gep(a, [kc], source_etype=F32)
                         c_at = b.gep(c, [b.add(jc, jr)], source_etype=F32)
                         b_at = b.gep(panel, [jr], source_etype=F32)
-                        g.micro(a_at, b_at, c_at, ir_, ie, kcl, masks, b.add(jc, jr))
+                        packed = None
+                        if a_panel is not None:
+                            tile = b.sdiv(b.sub(ir_, ic), ir.Constant(I64, params.mr))
+                            size = b.mul(kcl, ir.Constant(I64, params.mr))
+                            packed = b.gep(a_panel, [b.mul(tile, size)], source_etype=F32)
+                        g.micro(a_at, b_at, c_at, ir_, ie, kcl, masks, b.add(jc, jr), packed)
     b.ret_void()
     return fn
 
@@ -172,6 +189,8 @@ class _Gemm:
         self.out = ""
         self.extra: dict = {}
         self.finishing: ir.Value | None = None
+        self.starting: ir.Value | None = None
+        self.prologue: Statement | None = None
         self.vec = ir.VectorType(F32, lanes)
         self.mask_t = ir.VectorType(ir.IntType(1), lanes)
         self.nv = params.nr // lanes
@@ -218,25 +237,22 @@ class _Gemm:
 
     # -- the micro-kernel ----------------------------------------------------------------
 
-    def micro(self, a_at, b_at, c_at, ir_, ie, kcl, masks, col) -> None:
+    def micro(self, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed=None) -> None:
+        """One MR x NR tile; A read in place (``a_at``: A at column kc), or from its packed
+        panel (``packed``: this tile's MR-interleaved rows)."""
         b, p, geo = self.b, self.p, self.geo
         last = b.sub(ie, ir.Constant(I64, 1))
         a_rows, c_rows, rows = [], [], []
         for r in range(p.mr):
             row = _min_value(b, b.add(ir_, ir.Constant(I64, r)), last)
             rows.append(row)
-            a_rows.append(b.gep(a_at, [b.mul(row, ir.Constant(I64, geo.lda))], source_etype=F32))
+            if packed is None:
+                at = b.gep(a_at, [b.mul(row, ir.Constant(I64, geo.lda))], source_etype=F32)
+                a_rows.append((at, 1))
+            else:
+                a_rows.append((self._at(packed, r), p.mr))
             c_rows.append(b.gep(c_at, [b.mul(row, ir.Constant(I64, geo.ldc))], source_etype=F32))
-        acc = [
-            [
-                b.call(
-                    self.mload,
-                    [self._at(c_rows[r], v * self.w), ir.Constant(I32, 4), masks[v], self.zero],
-                )
-                for v in range(self.nv)
-            ]
-            for r in range(p.mr)
-        ]
+        acc = self._initial(c_rows, rows, masks, col)
         acc = self._k_loop(acc, a_rows, b_at, kcl)
         if not self.epilogue:
             self._store_tile(acc, c_rows, masks, ir_, ie)
@@ -250,6 +266,62 @@ class _Gemm:
                 self._store_tile(done, c_rows, masks, ir_, ie)
             with otherwise:
                 self._store_tile(acc, c_rows, masks, ir_, ie)
+
+    def _initial(self, c_rows, rows, masks, col):
+        """The accumulator tile: C as stored so far, or on the first K block, the
+        prologue's values (C is not read then)."""
+        b, p = self.b, self.p
+
+        def stored():
+            return [
+                [
+                    b.call(
+                        self.mload,
+                        [self._at(c_rows[r], v * self.w), ir.Constant(I32, 4), masks[v], self.zero],
+                    )
+                    for v in range(self.nv)
+                ]
+                for r in range(p.mr)
+            ]
+
+        if self.prologue is None:
+            return stored()
+        first = b.append_basic_block("init.first")
+        later = b.append_basic_block("init.later")
+        merge = b.append_basic_block("init.merge")
+        b.cbranch(self.starting, first, later)
+        b.position_at_end(first)
+        fresh = [
+            [
+                self._value(
+                    self.prologue,
+                    self.prologue.expr,
+                    None,
+                    rows[r],
+                    b.add(col, ir.Constant(I64, v * self.w)),
+                    masks[v],
+                )
+                for v in range(self.nv)
+            ]
+            for r in range(p.mr)
+        ]
+        first_end = b.block
+        b.branch(merge)
+        b.position_at_end(later)
+        loaded = stored()
+        later_end = b.block
+        b.branch(merge)
+        b.position_at_end(merge)
+        out = []
+        for row_a, row_b in zip(fresh, loaded, strict=True):
+            merged = []
+            for x, y in zip(row_a, row_b, strict=True):
+                phi = b.phi(self.vec)
+                phi.add_incoming(x, first_end)
+                phi.add_incoming(y, later_end)
+                merged.append(phi)
+            out.append(merged)
+        return out
 
     def _finish(self, value, row, col, v, mask):
         """The epilogue statements applied to one accumulator vector (row ``row``, columns
@@ -272,7 +344,8 @@ class _Gemm:
             at = b.gep(ptr, [b.add(offset, col)], source_etype=F32)
             return b.call(self.mload, [at, ir.Constant(I32, 4), mask, self.zero])
         if isinstance(expr, Const):
-            return constant(expr.dtype, expr.value, self.w)
+            value = constant(expr.dtype, expr.value, self.w)
+            return value
         if isinstance(expr, Unary):
             x = self._value(tail, expr.x, current, row, col, mask)
             return ops.unary(b, expr.op, x, expr.x.dtype, expr.dtype)
@@ -356,11 +429,32 @@ class _Gemm:
             for v in range(self.nv)
         ]
         out = []
-        for r, a_row in enumerate(a_rows):
-            scalar = b.load(b.gep(a_row, [k], source_etype=F32), typ=F32, align=4)
+        for r, (a_row, step) in enumerate(a_rows):
+            at = k if step == 1 else b.mul(k, ir.Constant(I64, step))
+            scalar = b.load(b.gep(a_row, [at], source_etype=F32), typ=F32, align=4)
             av = splat(b, scalar, self.w)
             out.append([b.call(self.fma, [av, bv[v], acc[r][v]]) for v in range(self.nv)])
         return out
+
+    # -- packing A -----------------------------------------------------------------------
+
+    def pack_a(self, panel, src, ic, ie, kc, kcl) -> None:
+        """Rows ic..ie, columns kc..kc+kcl of A into ``panel``: per MR rows, k-major with
+        the MR values of one k side by side (rows past ie repeat the last row)."""
+        b, p, geo = self.b, self.p, self.geo
+        last = b.sub(ie, ir.Constant(I64, 1))
+        with _loop(b, ic, ie, p.mr, "pa") as start:
+            block = b.sdiv(b.sub(start, ic), ir.Constant(I64, p.mr))
+            dst = b.gep(panel, [b.mul(block, b.mul(kcl, ir.Constant(I64, p.mr)))], source_etype=F32)
+            for r in range(p.mr):
+                row = _min_value(b, b.add(start, ir.Constant(I64, r)), last)
+                origin = b.gep(
+                    src, [b.add(b.mul(row, ir.Constant(I64, geo.lda)), kc)], source_etype=F32
+                )
+                with _loop(b, ir.Constant(I64, 0), kcl, 1, f"pa{r}") as k:
+                    value = b.load(b.gep(origin, [k], source_etype=F32), typ=F32, align=4)
+                    at = b.add(b.mul(k, ir.Constant(I64, p.mr)), ir.Constant(I64, r))
+                    b.store(value, b.gep(dst, [at], source_etype=F32), align=4)
 
     # -- packing B -----------------------------------------------------------------------
 

@@ -138,6 +138,13 @@ class CompiledModel:
                 self._slots[i] = arena_ptr
             elif name in self.program.constants:
                 self._slots[i] = self.program.constants[name].ctypes.data
+        prog = self.program
+        self._inputs = [(i, n) for i, n in enumerate(self.layout.slots) if n in prog.inputs]
+        self._outputs = [
+            (i, n, prog.buffers[n].shape, np.dtype(prog.buffers[n].dtype))
+            for i, n in enumerate(self.layout.slots)
+            if n in prog.outputs and n not in prog.constants and n not in prog.inputs
+        ]
         self._counters = None
         if self.profiling:
             words = ctypes.c_int64 * (2 * len(self.schedules))
@@ -186,14 +193,12 @@ class CompiledModel:
         """Inputs must already be validated: C-contiguous arrays of the right dtype/shape."""
         prog = self.program
         results: dict[str, np.ndarray] = {}
-        with self._lock:
-            for i, name in enumerate(self.layout.slots):
-                if name in inputs:
-                    self._slots[i] = inputs[name].ctypes.data
-                elif name in prog.outputs and name not in prog.constants:
-                    buf = prog.buffers[name]
-                    results[name] = np.empty(buf.shape, dtype=buf.dtype)
-                    self._slots[i] = results[name].ctypes.data
+        with self._lock:  # slots were listed once, in __post_init__
+            for i, name in self._inputs:
+                self._slots[i] = inputs[name].ctypes.data
+            for i, name, shape, dtype in self._outputs:
+                results[name] = np.empty(shape, dtype=dtype)
+                self._slots[i] = results[name].ctypes.data
             self._entry(self._slots)
         for name in prog.outputs:
             if name not in results:

@@ -71,6 +71,7 @@ class InferenceSession:
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         self.threads = threads or os.cpu_count() or 1
         self._target = target
+        self._inputs: dict[str, tuple[Value, np.dtype]] | None = None
         self.profiling = bool(profile)
         self._compiled: dict[tuple, CompiledModel] = {}
         self._last: CompiledModel | None = None
@@ -174,9 +175,16 @@ class InferenceSession:
         values = tuple((n, feed[n].dtype.str, feed[n].tobytes()) for n in self._value_inputs)
         return (shapes, values)
 
+    def _expected(self) -> dict[str, tuple[Value, np.dtype]]:
+        """Each input's description and numpy dtype (worked out once: dtype names are
+        slow to compare per run)."""
+        if self._inputs is None:
+            self._inputs = {v.name: (v, np.dtype(v.dtype)) for v in self.graph.inputs}
+        return self._inputs
+
     def validate(self, input_feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Check every input against the model; return C-contiguous arrays."""
-        expected = {v.name: v for v in self.graph.inputs}
+        expected = self._expected()
         unknown = [n for n in input_feed if n not in expected]
         if unknown:
             raise InputError(
@@ -187,11 +195,11 @@ class InferenceSession:
             raise InputError(f"missing input(s) {missing}; the model's inputs are {list(expected)}")
         feed: dict[str, np.ndarray] = {}
         symbols: dict[str, tuple[str, int]] = {}
-        for name, value in expected.items():
+        for name, (value, dtype) in expected.items():
             given = input_feed[name]
             if not isinstance(given, np.ndarray):
                 given = np.asarray(given)
-            if given.dtype.name != value.dtype:
+            if given.dtype != dtype:
                 raise InputError(
                     f"input {name!r}: expected dtype {value.dtype}, given {given.dtype.name}"
                 )

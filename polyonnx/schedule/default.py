@@ -9,33 +9,96 @@ runs its reduction dim in SIMD lanes with a vector accumulator.
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Mapping
 
-from polyonnx.krnl.ir import REDUCE_OPS, Buffer, Kernel, Statement, loads
-from polyonnx.krnl.islutil import dim_names, extents, flat_stride
+from polyonnx.errors import ScheduleError
+from polyonnx.krnl.ir import Buffer, Kernel
+from polyonnx.krnl.islutil import extents
+from polyonnx.schedule import annotate
 from polyonnx.schedule.blocking import blocked_schedule
+from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.gemm import Geometry, Params, default_params, ukernel_schedule, worth_it
+from polyonnx.schedule.nest import loop_nest
+from polyonnx.schedule.rows import row_fused_schedule
+from polyonnx.schedule.state import PARALLEL, Nest, State, Var
 from polyonnx.schedule.stencil import stencil_schedule
-from polyonnx.schedule.tree import KernelSchedule, LoopNest, sequence_tree
-
-MIN_VECTOR_EXTENT = 4
+from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
 
 
 def default_schedule(
     kernel: Kernel, buffers: Mapping[str, Buffer], lanes: int = 16
 ) -> KernelSchedule:
-    """Register-blocked for a contraction (schedule/blocking.py); otherwise each statement
-    in its own loop nest with the innermost loop chosen from access strides."""
+    """A contraction as packed GEMM (schedule/gemm.py), or register-blocked
+    (schedule/blocking.py); a row-wise kernel fused per row (schedule/rows.py); a pooling
+    window around SIMD rows (schedule/stencil.py); otherwise each statement in its own
+    default loop nest (schedule/nest.py). Big kernels of the last three kinds also run
+    their outermost loop on threads."""
     gemm = ukernel_schedule(kernel, buffers, lambda geo: _gemm_params(geo, lanes))
     if gemm is not None:
         return gemm
     blocked = blocked_schedule(kernel, buffers, lanes)
     if blocked is not None:
         return blocked
-    stencil = stencil_schedule(kernel, buffers, lanes)
-    if stencil is not None:
-        return stencil
-    return sequence_tree(kernel, [loop_nest(stmt, buffers) for stmt in kernel.statements])
+    chosen = row_fused_schedule(kernel, buffers) or stencil_schedule(kernel, buffers, lanes)
+    if chosen is None:
+        chosen = _plain(kernel, buffers)
+    return _with_threads(chosen)
+
+
+def _plain(kernel: Kernel, buffers: Mapping[str, Buffer]) -> KernelSchedule:
+    """Each statement in its default nest (as a State, so marks can be added)."""
+    nests, vector = [], []
+    several = len(kernel.statements) > 1
+    for stmt in kernel.statements:
+        plan = loop_nest(stmt, buffers)
+        loops = tuple(Var(_loop_name(e, stmt.name if several else None), e) for e in plan.order)
+        nests.append(Nest(stmt.name, loops))
+        if plan.vectorize and loops:
+            vector.append(loops[-1].name)
+    state = State(kernel, tuple(nests))
+    for name in vector:
+        state = state.with_mark(name, VECTORIZE)
+    return state.to_kernel_schedule()
+
+
+def _loop_name(expr: str, statement: str | None) -> str:
+    """``7*h + w`` -> ``h_w``; with a statement, ``h_w_S2``: statements of one kernel
+    then have loops of their own (marks go by loop name)."""
+    base = "_".join(re.findall(r"[A-Za-z_]\w*", expr))
+    return f"{base}_{statement}" if statement else base
+
+
+def _with_threads(schedule: KernelSchedule) -> KernelSchedule:
+    """The outermost loop of each big statement on threads, where that is legal."""
+    state = schedule.state
+    if state is None:
+        return schedule
+    deps = None
+    for nest in state.nests:
+        stmt = state.statement(nest.statement)
+        if nest.statement in state.attach or not nest.loops or _points(stmt) < PARALLEL_POINTS:
+            continue
+        first = nest.loops[0].name
+        if extents(stmt)[0] < 2 or state.marked(first, PARALLEL) or state.marked(first, VECTORIZE):
+            continue
+        deps = deps if deps is not None else dependences(state.kernel)
+        with contextlib.suppress(ScheduleError):
+            state = annotate.parallel(state, deps, first)
+    return state.to_kernel_schedule() if state is not schedule.state else schedule
+
+
+PARALLEL_POINTS = 1 << 18
+"""Statement instances (~256K, tens of microseconds of work) from which a non-contraction
+kernel's outermost loop runs on threads: starting them costs about as much."""
+
+
+def _points(stmt) -> int:
+    total = 1
+    for n in extents(stmt):
+        total *= max(n, 0)
+    return total
 
 
 def _gemm_params(geo: Geometry, lanes: int) -> Params | None:
@@ -43,35 +106,3 @@ def _gemm_params(geo: Geometry, lanes: int) -> Params | None:
         return None
     registers = 32 if lanes * 4 >= 64 else 16  # AVX-512 has 32 vector registers
     return default_params(geo, lanes, registers)
-
-
-def loop_nest(stmt: Statement, buffers: Mapping[str, Buffer]) -> LoopNest:
-    names = dim_names(stmt)
-    if not names:
-        return LoopNest(())
-    sizes = extents(stmt)
-    scores = {pos: _score(stmt, buffers, pos) for pos in range(len(names))}
-    candidates = [p for p, s in scores.items() if s is not None]
-    if not candidates:
-        return LoopNest(tuple(names))
-    inner = max(candidates, key=lambda p: (scores[p], p))
-    write_shape = buffers[stmt.write.buffer].shape
-    reduced = [p for p in range(len(names)) if flat_stride(stmt.write, write_shape, p) == 0]
-    outer = [p for p in range(len(names)) if p != inner and p not in reduced]
-    order = [*outer, *(p for p in reduced if p != inner), inner]
-    vectorize = sizes[inner] >= MIN_VECTOR_EXTENT
-    return LoopNest(tuple(names[p] for p in order), vectorize)
-
-
-def _score(stmt: Statement, buffers: Mapping[str, Buffer], pos: int) -> int | None:
-    """How well SIMD along dim ``pos`` suits the statement; None when it cannot work."""
-    write = flat_stride(stmt.write, buffers[stmt.write.buffer].shape, pos)
-    if write == 0 and stmt.reduce not in REDUCE_OPS:
-        return None
-    if write not in (0, 1):
-        return None
-    score = 2 if write == 1 else 0
-    for load in loads(stmt.expr):
-        stride = flat_stride(load.access, buffers[load.access.buffer].shape, pos)
-        score += {1: 1, 0: 0}.get(stride, -1)
-    return score

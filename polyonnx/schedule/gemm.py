@@ -28,6 +28,7 @@ its accumulator, gets its products added in the original k order, and is stored 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -58,6 +59,7 @@ from polyonnx.krnl.islutil import (
 from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.legality import broken_order
+from polyonnx.schedule.nest import loop_nest
 from polyonnx.schedule.state import Nest, State, Var
 from polyonnx.schedule.tree import KernelSchedule
 
@@ -125,6 +127,9 @@ class Params:
     nc: int = 512
     unroll: int = 4
     split: str = "none"
+    packa: int = 0
+    """1: copy each MC x KC block of A into MR-interleaved panels (contiguous broadcasts,
+    no cache-set conflicts between rows a large power of two apart)."""
 
     def mark(self) -> str:
         """The isl mark name, e.g. ``ukernel_mr8_nr32_kc256_mc128_nc512_unroll4_splitcols``
@@ -249,6 +254,8 @@ def _contiguous(a: Affine, depth: tuple[int, ...], sizes) -> bool:
 
 def _affine(buffer: str, index: str, buffers: Mapping[str, Buffer]) -> Affine | None:
     maff = parse_access(index)
+    if any(not _integral(maff.get_aff(r)) for r in range(maff.dim(isl.dim_type.out))):
+        return None
     shape = buffers[buffer].shape
     count = maff.dim(isl.dim_type.in_)
     coeffs = [0] * count
@@ -353,6 +360,8 @@ def _check(params: Params, lanes: int) -> None:
     problems = []
     if params.nr % lanes or params.nr <= 0:
         problems.append(f"nr={params.nr} must be a positive multiple of the SIMD width {lanes}")
+    if params.packa not in (0, 1):
+        problems.append(f"packa={params.packa} must be 0 or 1")
     for name in ("mr", "kc", "mc", "nc", "unroll"):
         if getattr(params, name) < 1:
             problems.append(f"{name}={getattr(params, name)} must be at least 1")
@@ -377,20 +386,36 @@ def with_ukernel(
     )
     host = state.statement(statement)
     shared = len(geo.outer) + 1 + len(geo.cols)
-    for tail in epilogue_statements(state.kernel, host, geo, buffers):
+    fused = epilogue_statements(state.kernel, host, geo, buffers)
+    init = prologue_statement(state.kernel, host, geo, buffers)
+    for tail in [init] * (init is not None) + fused:
         nest = Nest(tail.name, tuple(_epilogue_var(host, tail, v) for v in loops[:shared]))
         state = state.with_attach(tail.name, statement, shared - 1, nest)
     deps = dependences(state.kernel)
     if broken_order(state, deps) is not None:
         return None
     for nest in state.nests:  # the other statements (the init) run as SIMD loops
-        names = nest.names()
-        if nest.statement in state.attach or nest.statement == statement or not names:
+        if nest.statement in state.attach or nest.statement == statement:
             continue
-        if names[-1] not in state.marks:
-            with contextlib.suppress(ScheduleError):
-                state = annotate.vectorize(state, deps, names[-1])
+        state = _default_loops(state, deps, state.statement(nest.statement), buffers)
     return state.with_mark(loops[len(geo.outer)].name, params.mark())
+
+
+def _default_loops(state: State, deps, stmt: Statement, buffers) -> State:
+    """``stmt`` in its default loop nest (coalesced, innermost in SIMD) where legal."""
+    plan = loop_nest(stmt, buffers)
+    if not plan.order:
+        return state
+    loops = tuple(Var("_".join(re.findall(r"[A-Za-z_]\w*", e)), e) for e in plan.order)
+    moved = state.with_nests(
+        tuple(Nest(stmt.name, loops) if n.statement == stmt.name else n for n in state.nests)
+    )
+    if broken_order(moved, deps) is not None:
+        return state
+    if plan.vectorize:
+        with contextlib.suppress(ScheduleError):
+            moved = annotate.vectorize(moved, deps, loops[-1].name)
+    return moved
 
 
 def epilogue_statements(kernel, host: Statement, geo: Geometry, buffers) -> list[Statement]:
@@ -405,6 +430,22 @@ def epilogue_statements(kernel, host: Statement, geo: Geometry, buffers) -> list
             break
         found.append(stmt)
     return found
+
+
+def prologue_statement(kernel, host: Statement, geo: Geometry, buffers) -> Statement | None:
+    """The statement right before ``host`` that initialises its output element for
+    element without reading it (zero, a bias, Gemm's C): the micro-kernel starts its
+    accumulators from it instead of storing it first and loading it back."""
+    index = kernel.statements.index(host)
+    if index == 0:
+        return None
+    init = kernel.statements[index - 1]
+    out = host.write.buffer
+    if any(ld.access.buffer == out for ld in loads(init.expr)):
+        return None
+    if epilogue_loads(host, init, geo, buffers) is None:
+        return None
+    return init
 
 
 def epilogue_loads(host: Statement, stmt: Statement, geo: Geometry, buffers):
@@ -464,6 +505,8 @@ def _simple(expr) -> bool:
 def _coordinate_dims(stmt: Statement) -> list[int | None] | None:
     """For each coordinate of the statement's write, the dim it equals (None: always 0)."""
     maff = parse_access(stmt.write.index)
+    if any(not _integral(maff.get_aff(r)) for r in range(maff.dim(isl.dim_type.out))):
+        return None
     count = maff.dim(isl.dim_type.in_)
     found = []
     for r in range(maff.dim(isl.dim_type.out)):
@@ -499,3 +542,8 @@ def _epilogue_var(host: Statement, tail: Statement, loop: Var) -> Var:
         if d == dim:
             return Var(loop.name, names[p])
     return Var(loop.name, "0")
+
+
+def _integral(aff: isl.Aff) -> bool:
+    """Integer coefficients and constant (no ``i/2``)."""
+    return aff.get_denominator_val().is_one()

@@ -190,18 +190,20 @@ def test_an_intermediate_with_two_readers_is_not_fused_away():
     nodes = [
         helper.make_node("MatMul", ["a", "b"], ["t"], name="mm"),
         helper.make_node("Relu", ["t"], ["r"], name="relu"),
-        helper.make_node("Add", ["r", "t"], ["y"], name="add"),
+        helper.make_node("Neg", ["t"], ["y"], name="neg"),
     ]
     model = make_model(
         nodes,
         [value_info("a", F32, (20, 30)), value_info("b", F32, (30, 40))],
-        [value_info("y", F32, (20, 40))],
+        [value_info("r", F32, (20, 40)), value_info("y", F32, (20, 40))],
     )
-    assert [k.name for k in lower_model(model).kernels][:2] == ["mm", "relu"]
+    kernels = lower_model(model).kernels
+    assert [k.name for k in kernels] == ["mm", "relu", "neg"]
     rng = np.random.default_rng(4)
     a, b = random_array(rng, (20, 30)), random_array(rng, (30, 40))
-    y = polyonnx.InferenceSession(model).run(None, {"a": a, "b": b})[0]
-    np.testing.assert_allclose(y, np.maximum(a @ b, 0) + a @ b, **sum_tol(240))
+    r, y = polyonnx.InferenceSession(model).run(None, {"a": a, "b": b})
+    np.testing.assert_allclose(r, np.maximum(a @ b, 0), **sum_tol(120))
+    np.testing.assert_allclose(y, -(a @ b), **sum_tol(120))
 
 
 # ---- the schedule primitive ------------------------------------------------------------
@@ -211,9 +213,9 @@ def test_ukernel_step_with_parameters_replays_and_matches():
     model = _matmul_model((45, 70), (70, 50), (45, 50))
     prog = polyonnx.load(model)
     s = prog.schedule("mm")
-    s.ukernel(mr=4, nr=16, kc=16, mc=8, nc=32, unroll=3, split="rows")
+    s.ukernel(mr=4, nr=16, kc=16, mc=8, nc=32, unroll=3, split="rows", packa=1)
     mark = next(m for marks in s.state.marks.values() for m in marks if is_ukernel_mark(m))
-    assert mark == "ukernel_mr4_nr16_kc16_mc8_nc32_unroll3_splitrows"
+    assert mark == "ukernel_mr4_nr16_kc16_mc8_nc32_unroll3_splitrows_packa1"
     rng = np.random.default_rng(5)
     a, b = random_array(rng, (45, 70)), random_array(rng, (70, 50))
     got = polyonnx.InferenceSession(prog, threads=2).run(None, {"a": a, "b": b})[0]
@@ -245,3 +247,29 @@ def test_ukernel_step_needs_untransformed_loops():
     s.split(i, 4)
     with pytest.raises(ScheduleError, match="already transformed"):
         s.ukernel()
+
+
+@fast(25)
+@given(
+    m=sizes, k=sizes, n=sizes,
+    mr=st.sampled_from((1, 3, 8)), nr=st.sampled_from((16, 32, 48)),
+    kc=st.sampled_from((1, 7, 64)), mc=st.sampled_from((1, 5, 64)),
+    nc=st.sampled_from((16, 40, 512)), unroll=st.sampled_from((1, 3, 4)),
+    split=st.sampled_from(("none", "rows", "cols")), packa=st.sampled_from((0, 1)),
+    seed=seeds,
+)  # fmt: skip
+def test_any_ukernel_parameters_compute_the_product(
+    m, k, n, mr, nr, kc, mc, nc, unroll, split, packa, seed
+):
+    model = _matmul_model((m, k), (k, n), (m, n))
+    prog = polyonnx.load(model)
+    params = dict(mr=mr, nr=nr, kc=kc, mc=mc, nc=nc, unroll=unroll, split=split, packa=packa)
+    try:
+        prog.schedule("mm").ukernel(**params)
+    except ScheduleError:
+        assert n < 16 or m < 2 or k < 2  # too small a product to be one
+        return
+    rng = np.random.default_rng(seed)
+    a, b = random_array(rng, (m, k)), random_array(rng, (k, n))
+    got = polyonnx.InferenceSession(prog, threads=2).run(None, {"a": a, "b": b})[0]
+    np.testing.assert_allclose(got, a @ b, **sum_tol(4 * k))

@@ -1,0 +1,69 @@
+"""Row fusion: the statements of a row-wise kernel (Softmax, LayerNorm, normalisations:
+a reduction per row, then element-wise passes using it) share one loop over the rows.
+
+    for d0:                                    for d0:
+      for r: m[d0] = max(m[d0], x[d0][r])        for r: m[d0] = max(...)
+    for d0:                          ==>         for r: y[d0][r] = exp(x[d0][r] - m[d0])
+      for r: y[d0][r] = exp(...)                 for r: s[d0] += y[d0][r]
+    ...                                          for r: y[d0][r] *= 1 / s[d0]
+
+Each row is then read from memory once and stays in L1 for the following passes, instead
+of every pass streaming the whole tensor. Inside the row loop each statement keeps its
+default nest (coalesced, innermost in SIMD). The fusion is checked against the kernel's
+dependences like any schedule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Mapping
+
+from polyonnx.errors import ScheduleError
+from polyonnx.krnl.ir import Buffer, Kernel
+from polyonnx.krnl.islutil import dim_names, extents
+from polyonnx.schedule import annotate
+from polyonnx.schedule.deps import dependences
+from polyonnx.schedule.legality import broken_order
+from polyonnx.schedule.nest import loop_nest
+from polyonnx.schedule.state import Nest, State, Var
+from polyonnx.schedule.tree import KernelSchedule
+
+MIN_ROWS = 2
+
+
+def row_fused_schedule(kernel: Kernel, buffers: Mapping[str, Buffer]) -> KernelSchedule | None:
+    """All statements under one loop over their common first dim, or None when they do
+    not share one, none of them reduces, or the fusion would break a dependence."""
+    stmts = kernel.statements
+    if len(stmts) < 2 or not any(s.reduce for s in stmts):
+        return None
+    firsts = {(dim_names(s) or [None])[0] for s in stmts}
+    if len(firsts) != 1 or None in firsts:
+        return None
+    row = firsts.pop()
+    sizes = {extents(s)[0] for s in stmts}
+    if len(sizes) != 1 or sizes.pop() < MIN_ROWS:
+        return None
+    nests, vector = [], []
+    for stmt in stmts:
+        plan = loop_nest(stmt, buffers, keep=row)
+        order = list(plan.order)
+        if row not in order:
+            return None  # coalesced with an inner dim
+        order.remove(row)
+        inner = tuple(Var("_".join(re.findall(r"[A-Za-z_]\w*", e)), e) for e in order)
+        nests.append(Nest(stmt.name, (Var(row, row), *inner)))
+        if plan.vectorize and inner:
+            vector.append(inner[-1].name)
+    state = State(kernel, tuple(nests))
+    host = stmts[0].name
+    for stmt, nest in zip(stmts[1:], nests[1:], strict=True):
+        state = state.with_attach(stmt.name, host, 0, nest)
+    deps = dependences(kernel)
+    if broken_order(state, deps) is not None:
+        return None
+    for name in dict.fromkeys(vector):
+        with contextlib.suppress(ScheduleError):
+            state = annotate.vectorize(state, deps, name)
+    return state.to_kernel_schedule()

@@ -1,0 +1,118 @@
+"""Default loop nests: contiguous loops coalesced into one SIMD loop, row-wise kernels
+fused per row, a contraction's init computed in its register tile. Each structure is
+checked, and the results against numpy on hypothesis shapes (odd sizes, broadcasting)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import helper
+
+import polyonnx
+from polyonnx.emit.pseudo_c import pseudo_c
+from polyonnx.runtime.compiled import lower_model
+from polyonnx.schedule.default import default_schedule
+from tests.helpers import FLOAT_TOL, MATH_TOL, fast, make_model, random_array, seeds, value_info
+
+F32 = np.float32
+small = st.sampled_from((1, 2, 3, 5, 7, 13, 16, 17))
+
+
+def _nest(model, kernel: int = 0) -> str:
+    program = lower_model(model)
+    return pseudo_c(
+        default_schedule(program.kernels[kernel], program.buffers), dict(program.buffers)
+    )
+
+
+def _unary(op: str, shape, out_shape=None, **attrs):
+    node = helper.make_node(op, ["x"], ["y"], name="n", **attrs)
+    return make_model(
+        [node], [value_info("x", F32, shape)], [value_info("y", F32, out_shape or shape)]
+    )
+
+
+def test_contiguous_loops_become_one_simd_loop():
+    text = _nest(_unary("Relu", (1, 64, 7, 7)))
+    assert "#pragma vectorize\nfor (int d1_d2_d3 = 0; d1_d2_d3 <= 3135; d1_d2_d3++)" in text
+
+
+def test_broadcast_stops_the_coalescing_where_the_strides_break():
+    # b is [7, 1]: it moves along d1 but not along d2, so d2 (the SIMD loop) stays alone
+    node = helper.make_node("Add", ["x", "b"], ["y"], name="add")
+    model = make_model(
+        [node],
+        [value_info("x", F32, (4, 7, 9)), value_info("b", F32, (7, 1))],
+        [value_info("y", F32, (4, 7, 9))],
+    )
+    text = _nest(model)
+    assert "#pragma vectorize\n    for (int d2 = 0; d2 <= 8; d2++)" in text
+
+
+@fast(20)
+@given(
+    a=small,
+    b=small,
+    c=small,
+    broadcast=st.sampled_from(("none", "row", "col", "scalar")),
+    seed=seeds,
+)
+def test_coalesced_elementwise_matches_numpy(a, b, c, broadcast, seed):
+    rng = np.random.default_rng(seed)
+    other = {"none": (a, b, c), "row": (b, 1), "col": (c,), "scalar": ()}[broadcast]
+    x, y = random_array(rng, (a, b, c)), random_array(rng, other)
+    nodes = [
+        helper.make_node("Mul", ["x", "y"], ["t"], name="mul"),
+        helper.make_node("Sigmoid", ["t"], ["z"], name="sig"),
+    ]
+    model = make_model(
+        nodes,
+        [value_info("x", F32, x.shape), value_info("y", F32, y.shape)],
+        [value_info("z", F32, (a, b, c))],
+    )
+    got = polyonnx.InferenceSession(model).run(None, {"x": x, "y": y})[0]
+    np.testing.assert_allclose(got, 1 / (1 + np.exp(-(x * y))), **MATH_TOL)
+
+
+def test_softmax_runs_row_by_row():
+    text = _nest(_unary("Softmax", (8, 300), axis=-1))
+    lines = text.splitlines()
+    assert lines[0] == "for (int d0 = 0; d0 <= 7; d0++)"
+    assert all(line.startswith("  ") for line in lines[1:] if line)  # all inside the row loop
+
+
+@fast(15)
+@given(rows=small, cols=st.sampled_from((1, 3, 16, 17, 100, 130, 257)), seed=seeds)
+def test_row_fused_softmax_and_layernorm_match_numpy(rows, cols, seed):
+    rng = np.random.default_rng(seed)
+    x = random_array(rng, (rows, cols))
+    got = polyonnx.InferenceSession(_unary("Softmax", x.shape, axis=-1)).run(None, {"x": x})[0]
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(axis=-1, keepdims=True), **MATH_TOL)
+    scale, bias = random_array(rng, (cols,)), random_array(rng, (cols,))
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], name="ln", axis=-1)
+    model = make_model(
+        [node], [value_info("x", F32, x.shape)], [value_info("y", F32, x.shape)],
+        {"s": scale, "b": bias},
+    )  # fmt: skip
+    got = polyonnx.InferenceSession(model).run(None, {"x": x})[0]
+    mean = x.mean(axis=-1, keepdims=True)
+    want = (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(got, want * scale + bias, rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_init_is_computed_in_the_register_tile():
+    rng = np.random.default_rng(0)
+    w, c = random_array(rng, (40, 50)), random_array(rng, (50,))
+    node = helper.make_node("Gemm", ["x", "w", "c"], ["y"], name="gemm", beta=0.5)
+    model = make_model(
+        [node], [value_info("x", F32, (30, 40))], [value_info("y", F32, (30, 50))],
+        {"w": w, "c": c},
+    )  # fmt: skip
+    text = _nest(model)
+    assert text.startswith("#pragma ukernel_")  # no loop of its own before the mark
+    x = random_array(rng, (30, 40))
+    got = polyonnx.InferenceSession(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, x @ w + 0.5 * c, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(got, x @ w + 0.5 * c, **{**FLOAT_TOL, "atol": 1e-4})
