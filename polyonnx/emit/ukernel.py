@@ -502,6 +502,8 @@ class _Gemm:
             if step == 1:
                 at = b.gep(src, [b.add(offset, w)], source_etype=F32)
                 value = b.call(self.mload, [at, ir.Constant(I32, 4), valid, self.zero])
+            elif step == 2:
+                value = self._every_other(src, offset, w, valid)
             else:
                 value = self._gather(src, offset, w, step, valid)
             b.call(
@@ -518,6 +520,22 @@ class _Gemm:
             return lo, _min_value(b, hi, b.add(_floor_div(b, rest, -a), ir.Constant(I64, 1)))
         empty = b.icmp_signed("<", rest, ir.Constant(I64, 0))
         return b.select(empty, w1, lo), hi
+
+    def _every_other(self, src, offset, w, mask) -> ir.Value:
+        """Lanes l of ``src[offset + 2*(w + l)]`` (a stride-2 conv's row): two contiguous
+        masked loads and one shuffle of their even lanes, instead of a gather."""
+        b, lanes = self.b, self.w
+        start = b.gep(src, [b.add(offset, b.mul(w, ir.Constant(I64, 2)))], source_etype=F32)
+        none = ir.Constant(self.mask_t, [0] * lanes)
+        halves = []
+        for half in range(2):
+            # source lane 2i is destination lane half*lanes/2 + i; odd source lanes unused
+            picks = [half * lanes // 2 + i // 2 if i % 2 == 0 else lanes for i in range(lanes)]
+            part = b.shuffle_vector(mask, none, ir.Constant(ir.VectorType(I32, lanes), picks))
+            at = self._at(start, half * lanes)
+            halves.append(b.call(self.mload, [at, ir.Constant(I32, 4), part, self.zero]))
+        evens = ir.Constant(ir.VectorType(I32, lanes), list(range(0, 2 * lanes, 2)))
+        return b.shuffle_vector(halves[0], halves[1], evens)
 
     def _gather(self, src, offset, w, step, mask) -> ir.Value:
         b = self.b
