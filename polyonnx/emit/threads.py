@@ -28,7 +28,7 @@ BODY_TYPE = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
 def register_runtime_symbols() -> bool:
     """Make libc's pthread functions known to the JIT; False if they are not there."""
     libc = ctypes.CDLL(None)
-    for name in ("pthread_create", "pthread_join"):
+    for name in ("pthread_create", "pthread_join", "pthread_attr_init", "pthread_attr_setstack"):
         fn = getattr(libc, name, None)
         if fn is None:
             return False
@@ -45,6 +45,10 @@ def parallel_for(module: ir.Module) -> ir.Function:
     threads.initializer = ir.Constant(I32, 1)
     trampoline = _trampoline(module)
     create = ir.Function(module, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), "pthread_create")
+    attr_init = ir.Function(module, ir.FunctionType(I32, [PTR]), "pthread_attr_init")
+    set_stack = ir.Function(module, ir.FunctionType(I32, [PTR, PTR, I64]), "pthread_attr_setstack")
+    stacks = ir.GlobalVariable(module, PTR, STACKS)
+    stacks.initializer = ir.Constant(PTR, None)
     join = ir.Function(module, ir.FunctionType(I32, [I64, PTR]), "pthread_join")
     signature = [BODY_TYPE.as_pointer(), PTR, I64, I64]  # typed: llvmlite calls through it
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), signature), PARALLEL_FOR)
@@ -61,6 +65,9 @@ def parallel_for(module: ir.Module) -> ir.Function:
     tids = b.alloca(I64, chunks, "tids")
     started = b.alloca(ir.IntType(8), chunks, "started")
     args = b.alloca(I64, b.mul(chunks, ir.Constant(I64, 4)), "args")
+    attrs = b.alloca(I64, b.mul(chunks, ir.Constant(I64, ATTR_WORDS)), "attrs")
+    region = b.load(stacks, typ=PTR)
+    owned = b.icmp_unsigned("!=", b.ptrtoint(region, I64), ir.Constant(I64, 0))
 
     def chunk_bounds(c):
         start = b.add(lo, b.mul(c, size))
@@ -74,7 +81,13 @@ def parallel_for(module: ir.Module) -> ir.Function:
         for k, value in enumerate([b.ptrtoint(body, I64), b.ptrtoint(ctx, I64), start, last]):
             b.store(value, b.gep(slot, [ir.Constant(I64, k)], source_etype=I64))
         tid = b.gep(tids, [c], source_etype=I64)
-        rc = b.call(create, [tid, ir.Constant(PTR, None), trampoline, slot])
+        attr = b.gep(attrs, [b.mul(c, ir.Constant(I64, ATTR_WORDS))], source_etype=I64)
+        b.call(attr_init, [attr])
+        with b.if_then(b.and_(owned, b.icmp_signed("<=", c, ir.Constant(I64, WORKERS)))):
+            base = b.mul(b.sub(c, ir.Constant(I64, 1)), ir.Constant(I64, STACK_BYTES))
+            stack = b.gep(region, [base], source_etype=ir.IntType(8))
+            b.call(set_stack, [attr, stack, ir.Constant(I64, STACK_BYTES)])
+        rc = b.call(create, [tid, attr, trampoline, slot])
         ok = b.icmp_signed("==", rc, ir.Constant(I32, 0))
         b.store(b.zext(ok, ir.IntType(8)), b.gep(started, [c], source_etype=ir.IntType(8)))
         with b.if_then(b.not_(ok), likely=False):
@@ -88,6 +101,18 @@ def parallel_for(module: ir.Module) -> ir.Function:
             b.call(join, [tid, ir.Constant(PTR, None)])
     b.ret_void()
     return fn
+
+
+STACKS = "polyonnx_stacks"
+WORKERS = 15
+STACK_BYTES = 4 << 20
+"""Workers 1..WORKERS run on stacks in a region the runtime maps once per compiled model
+and stores in the module global ``polyonnx_stacks`` (null: glibc's stacks): glibc hands
+a joined thread's stack pages back to the kernel (madvise), so a fresh thread's scratch
+(a GEMM's packed panels, ~1 MB) would be page-faulted in again on every call. Pages of
+this region, once touched, stay. Untouched, it costs address space only."""
+ATTR_WORDS = 8
+"""A pthread_attr_t (56 bytes on glibc x86-64), in i64 words."""
 
 
 def _trampoline(module: ir.Module) -> ir.Function:

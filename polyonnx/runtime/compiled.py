@@ -12,6 +12,7 @@ A model compiled with ``profile=True`` times every kernel call inside the native
 from __future__ import annotations
 
 import ctypes
+import mmap
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,13 @@ import numpy as np
 from polyonnx.emit.jit import JitModule
 from polyonnx.emit.module import ENTRY, PROFILE_GLOBAL, emit_module, register_profile_symbols
 from polyonnx.emit.target import Target, host_target
-from polyonnx.emit.threads import THREADS_GLOBAL, register_runtime_symbols
+from polyonnx.emit.threads import (
+    STACK_BYTES,
+    STACKS,
+    THREADS_GLOBAL,
+    WORKERS,
+    register_runtime_symbols,
+)
 from polyonnx.errors import CodegenError, InputError, PolyonnxError
 from polyonnx.frontend.graph import Graph
 from polyonnx.frontend.load import load_graph
@@ -145,6 +152,7 @@ class CompiledModel:
             for i, n in enumerate(self.layout.slots)
             if n in prog.outputs and n not in prog.constants and n not in prog.inputs
         ]
+        self._stacks: mmap.mmap | None = None
         self._counters = None
         if self.profiling:
             words = ctypes.c_int64 * (2 * len(self.schedules))
@@ -156,6 +164,11 @@ class CompiledModel:
         address = self.jit.global_address(THREADS_GLOBAL)
         if address is not None and register_runtime_symbols():
             ctypes.c_int32.from_address(address).value = max(int(count), 1)
+        stacks = self.jit.global_address(STACKS)
+        if stacks is not None and self._stacks is None and count > 1:
+            self._stacks = mmap.mmap(-1, WORKERS * STACK_BYTES)  # reserved, not committed
+            base = ctypes.addressof(ctypes.c_char.from_buffer(self._stacks))
+            ctypes.c_void_p.from_address(stacks).value = base
 
     def kernel_profile(self) -> list[KernelProfile]:
         """Per kernel, in execution order: the time its calls took (summed) and their count."""
