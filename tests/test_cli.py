@@ -57,7 +57,7 @@ def test_show_prints_domains_accesses_and_loop_nest(capsys):
     assert "read  w0: { S1[i, j, k] -> [k, j] }" in out
     assert "relu0[i_g][j_g] = b0[j_g];" in out  # the bias init, in the register tile
     # the default runs the Gemm as packed GEMM with an 8 x 32 register tile
-    assert "#pragma ukernel_mr8_nr32_kc392" in out  # K = 784: two even blocks
+    assert "#pragma ukernel_mr8_nr32_kc416" in out  # K = 784: two even blocks
     assert "for (int k_g = 0; k_g <= 783; k_g++)" in out
     # the Relu after it is its epilogue, computed on the register tile before the store
     assert "relu0[i_g][j_g] += (input[i_g][k_g] * w0[k_g][j_g]);" in out

@@ -30,7 +30,7 @@ from polyonnx.emit import ops, threads
 from polyonnx.emit.llvmtypes import I64, PTR, constant, splat
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import Access, Binary, Cast, Const, Load, Select, Statement, Unary
-from polyonnx.schedule.gemm import Affine, Geometry, Params, epilogue_loads
+from polyonnx.schedule.gemm import Affine, Geometry, Params, b_row_stride, epilogue_loads
 
 F32 = ir.FloatType()
 I32 = ir.IntType(32)
@@ -147,8 +147,10 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
         (tail.name, acc): (ptr, affine, step)
         for (tail, acc, affine, step), ptr in zip(extra, fn.args[3:-4], strict=True)
     }
-    panel = b.alloca(F32, ir.Constant(I64, params.kc * g.ncp), "bp")
-    panel.align = 64
+    panel = None
+    if params.packb:
+        panel = b.alloca(F32, ir.Constant(I64, params.kc * g.ncp), "bp")
+        panel.align = 64
     a_panel = None
     if params.packa:
         rows = -(-params.mc // params.mr) * params.mr
@@ -160,7 +162,8 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
             kcl = _min(b, b.sub(ir.Constant(I64, geo.k), kc), params.kc)
             g.finishing = b.icmp_signed("==", b.add(kc, kcl), ir.Constant(I64, geo.k))
             g.starting = b.icmp_signed("==", kc, ir.Constant(I64, 0))
-            g.pack_b(panel, bmat, kc, kcl, jc, nc)
+            if panel is not None:
+                g.pack_b(panel, bmat, kc, kcl, jc, nc)
             with _loop(b, i_lo, i_hi, params.mc, "ic") as ic:
                 ie = _min_value(b, b.add(ic, ir.Constant(I64, params.mc)), i_hi)
                 if a_panel is not None:
@@ -168,10 +171,15 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
                 with _loop(b, ir.Constant(I64, 0), nc, params.nr, "jr") as jr:
                     cols = _min(b, b.sub(nc, jr), params.nr)
                     masks = g.column_masks(cols)
+                    g.b_masks = None if panel is not None else masks
                     with _loop(b, ic, ie, params.mr, "ir") as ir_:
                         a_at = b.gep(a, [kc], source_etype=F32)
                         c_at = b.gep(c, [b.add(jc, jr)], source_etype=F32)
-                        b_at = b.gep(panel, [jr], source_etype=F32)
+                        if panel is not None:
+                            b_at = b.gep(panel, [jr], source_etype=F32)
+                        else:  # B in place: row k of the block at B + (kc + k)*ldb + column
+                            first = b.add(b.mul(kc, ir.Constant(I64, g.ldb)), b.add(jc, jr))
+                            b_at = b.gep(bmat, [first], source_etype=F32)
                         packed = None
                         if a_panel is not None:
                             tile = b.sdiv(b.sub(ir_, ic), ir.Constant(I64, params.mr))
@@ -189,6 +197,8 @@ class _Gemm:
         self.out = ""
         self.extra: dict = {}
         self.finishing: ir.Value | None = None
+        self.b_masks: list[ir.Value] | None = None
+        self.ldb = b_row_stride(geo) or 0
         self.starting: ir.Value | None = None
         self.prologue: Statement | None = None
         self.vec = ir.VectorType(F32, lanes)
@@ -423,11 +433,21 @@ class _Gemm:
 
     def _rank1(self, acc, a_rows, b_at, k):
         b = self.b
-        row = b.gep(b_at, [b.mul(k, ir.Constant(I64, self.ncp))], source_etype=F32)
-        bv = [
-            b.load(self._at(row, v * self.w), typ=self.vec, align=4 * self.w)
-            for v in range(self.nv)
-        ]
+        if self.b_masks is None:  # the packed panel: whole, aligned NR tiles
+            row = b.gep(b_at, [b.mul(k, ir.Constant(I64, self.ncp))], source_etype=F32)
+            bv = [
+                b.load(self._at(row, v * self.w), typ=self.vec, align=4 * self.w)
+                for v in range(self.nv)
+            ]
+        else:  # B itself: a partial tile's missing columns are not read
+            row = b.gep(b_at, [b.mul(k, ir.Constant(I64, self.ldb))], source_etype=F32)
+            bv = [
+                b.call(
+                    self.mload,
+                    [self._at(row, v * self.w), ir.Constant(I32, 4), self.b_masks[v], self.zero],
+                )
+                for v in range(self.nv)
+            ]
         out = []
         for r, (a_row, step) in enumerate(a_rows):
             at = k if step == 1 else b.mul(k, ir.Constant(I64, step))

@@ -78,7 +78,12 @@ def _with_threads(schedule: KernelSchedule) -> KernelSchedule:
     deps = None
     for nest in state.nests:
         stmt = state.statement(nest.statement)
-        if nest.statement in state.attach or not nest.loops or _points(stmt) < PARALLEL_POINTS:
+        group = [stmt] + [
+            state.statement(g) for g, (h, _) in state.attach.items() if h == stmt.name
+        ]
+        if nest.statement in state.attach or not nest.loops:
+            continue
+        if sum(_points(s) for s in group) < PARALLEL_POINTS:  # a row-fused group counts whole
             continue
         first = nest.loops[0].name
         if extents(stmt)[0] < 2 or state.marked(first, PARALLEL) or state.marked(first, VECTORIZE):
@@ -89,9 +94,10 @@ def _with_threads(schedule: KernelSchedule) -> KernelSchedule:
     return state.to_kernel_schedule() if state is not schedule.state else schedule
 
 
-PARALLEL_POINTS = 1 << 18
-"""Statement instances (~256K, tens of microseconds of work) from which a non-contraction
-kernel's outermost loop runs on threads: starting them costs about as much."""
+PARALLEL_POINTS = 1 << 21
+"""Statement instances (~2M, a few hundred microseconds of work) from which a
+non-contraction kernel's outermost loop runs on threads: starting and joining the workers
+costs ~60-80 us (measured, 2 threads), so smaller kernels run no faster on two."""
 
 
 def _points(stmt) -> int:

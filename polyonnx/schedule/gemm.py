@@ -128,6 +128,10 @@ class Params:
     unroll: int = 4
     split: str = "none"
     packa: int = 0
+    packb: int = 1
+    """0: read B in place, row by row, instead of packing it (no padding, B contiguous
+    along the columns and evenly strided along k): for few rows, packing costs more
+    than it saves."""
     """1: copy each MC x KC block of A into MR-interleaved panels (contiguous broadcasts,
     no cache-set conflicts between rows a large power of two apart)."""
 
@@ -217,9 +221,15 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     split = "none"
     if work >= PARALLEL_WORK:  # one thread runs every chunk itself, at no cost
         split = "cols" if geo.n >= 4 * nr else "rows"
-    kc = _even(geo.k, KC, 1)
+    kc = _even(geo.k, KC, 32)
     nc = _even(geo.n, NC, nr)
-    return Params(mr=mr, nr=nr, kc=kc, mc=64, nc=nc, unroll=4, split=split)
+    packb = int(geo.m >= PACK_ROWS or b_row_stride(geo) is None)
+    return Params(mr=mr, nr=nr, kc=kc, mc=64, nc=nc, unroll=4, split=split, packb=packb)
+
+
+PACK_ROWS = 32
+"""Rows from which packing B pays for itself by default (each packed element is then
+read by at least 4 register tiles)."""
 
 
 KC = 512
@@ -361,19 +371,49 @@ def ukernel_state(
     if unknown:
         raise ScheduleError(f"ukernel: unknown parameters {sorted(unknown)}")
     params = replace(default_params(geo, lanes, 32 if lanes >= 16 else 16), **given)
-    _check(params, lanes)
+    _check(params, lanes, geo)
     result = with_ukernel(state, stmt.name, geo, params, buffers)
     if result is None:
         raise ScheduleError(f"ukernel: the GEMM order would break a dependence of {stmt.name}")
     return result
 
 
-def _check(params: Params, lanes: int) -> None:
+SCRATCH_BYTES = 3 << 20
+"""Stack room for a thread's packed B block (worker stacks are 4 MB, emit/threads.py)."""
+
+
+def b_row_stride(geo: Geometry) -> int | None:
+    """ldb when B's element (k, n) is at ``k * ldb + n`` (plus the outer dims' offset),
+    else None."""
+    if geo.constraints or _column_step(geo.b.coeffs, geo) != 1:
+        return None
+    ldb = geo.b.coeffs[geo.depth[-1]]
+    stride = ldb
+    for d in reversed(geo.depth):
+        if geo.b.coeffs[d] != stride:
+            return None
+        stride *= geo.sizes[d]
+    return ldb
+
+
+def _check(params: Params, lanes: int, geo: Geometry) -> None:
     problems = []
     if params.nr % lanes or params.nr <= 0:
         problems.append(f"nr={params.nr} must be a positive multiple of the SIMD width {lanes}")
     if params.packa not in (0, 1):
         problems.append(f"packa={params.packa} must be 0 or 1")
+    if params.packb not in (0, 1):
+        problems.append(f"packb={params.packb} must be 0 or 1")
+    elif params.packb == 0 and b_row_stride(geo) is None:
+        problems.append(
+            "packb=0 needs B contiguous along the columns, evenly strided along k and no "
+            "padding (a 1x1 convolution or a MatMul, not an im2col)"
+        )
+    if params.packb and 4 * params.kc * (params.nc + 2 * params.nr) > SCRATCH_BYTES:
+        problems.append(
+            f"kc x nc = {params.kc} x {params.nc}: the packed B block must fit in "
+            f"{SCRATCH_BYTES >> 20} MB of stack"
+        )
     for name in ("mr", "kc", "mc", "nc", "unroll"):
         if getattr(params, name) < 1:
             problems.append(f"{name}={getattr(params, name)} must be at least 1")

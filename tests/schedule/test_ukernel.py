@@ -215,7 +215,7 @@ def test_ukernel_step_with_parameters_replays_and_matches():
     s = prog.schedule("mm")
     s.ukernel(mr=4, nr=16, kc=16, mc=8, nc=32, unroll=3, split="rows", packa=1)
     mark = next(m for marks in s.state.marks.values() for m in marks if is_ukernel_mark(m))
-    assert mark == "ukernel_mr4_nr16_kc16_mc8_nc32_unroll3_splitrows_packa1"
+    assert mark == "ukernel_mr4_nr16_kc16_mc8_nc32_unroll3_splitrows_packa1_packb1"
     rng = np.random.default_rng(5)
     a, b = random_array(rng, (45, 70)), random_array(rng, (70, 50))
     got = polyonnx.InferenceSession(prog, threads=2).run(None, {"a": a, "b": b})[0]
@@ -232,6 +232,7 @@ def test_ukernel_step_with_parameters_replays_and_matches():
         ({"kc": 0}, "kc=0 must be at least 1"),
         ({"split": "diagonal"}, "split='diagonal'"),
         ({"tile": 3}, "unknown parameters"),
+        ({"kc": 4096, "nc": 1024, "packb": 1}, "must fit in 3 MB of stack"),
     ],
 )
 def test_ukernel_step_refuses_bad_parameters(params, reason):
@@ -256,14 +257,15 @@ def test_ukernel_step_needs_untransformed_loops():
     kc=st.sampled_from((1, 7, 64)), mc=st.sampled_from((1, 5, 64)),
     nc=st.sampled_from((16, 40, 512)), unroll=st.sampled_from((1, 3, 4)),
     split=st.sampled_from(("none", "rows", "cols")), packa=st.sampled_from((0, 1)),
-    seed=seeds,
+    packb=st.sampled_from((0, 1)), seed=seeds,
 )  # fmt: skip
 def test_any_ukernel_parameters_compute_the_product(
-    m, k, n, mr, nr, kc, mc, nc, unroll, split, packa, seed
+    m, k, n, mr, nr, kc, mc, nc, unroll, split, packa, packb, seed
 ):
     model = _matmul_model((m, k), (k, n), (m, n))
     prog = polyonnx.load(model)
-    params = dict(mr=mr, nr=nr, kc=kc, mc=mc, nc=nc, unroll=unroll, split=split, packa=packa)
+    params = dict(mr=mr, nr=nr, kc=kc, mc=mc, nc=nc, unroll=unroll, split=split)
+    params.update(packa=packa, packb=packb)
     try:
         prog.schedule("mm").ukernel(**params)
     except ScheduleError:
@@ -273,3 +275,14 @@ def test_any_ukernel_parameters_compute_the_product(
     a, b = random_array(rng, (m, k)), random_array(rng, (k, n))
     got = polyonnx.InferenceSession(prog, threads=2).run(None, {"a": a, "b": b})[0]
     np.testing.assert_allclose(got, a @ b, **sum_tol(4 * k))
+
+
+def test_reading_b_in_place_is_refused_for_an_im2col():
+    x = helper.make_tensor_value_info("x", 1, (1, 8, 9, 9))
+    w = np.ones((16, 8, 3, 3), F32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1] * 4)
+    model = make_model([node], [x], [value_info("y", F32, (1, 16, 9, 9))], {"w": w})
+    s = polyonnx.load(model).schedule("conv")
+    with pytest.raises(ScheduleError, match="packb=0 needs B contiguous"):
+        s.ukernel(packb=0)
+    s.ukernel(packb=1)
