@@ -113,41 +113,38 @@ class _KernelWalker:
     def ukernel(self, node: isl.AstNode, env: Env, params: Params) -> None:
         """The contraction under the mark as packed GEMM (emit/ukernel.py), for the values
         of the outer dims the enclosing loops give."""
-        under = self._statements_under(node)
-        found = [
-            i for i in self.ast.instances.values()
-            if i.stmt.name in under and geometry(i.stmt, self.buffers) is not None
-        ]  # fmt: skip
+        under = self._instances_under(node)
+        found = [(i, geometry(i.stmt, self.buffers)) for i in under]
+        found = [(i, g) for i, g in found if g is not None]
         if not found:
-            raise CodegenError(f"ukernel mark over {sorted(under)}: none is a contraction")
-        inst = found[0]
-        geo = geometry(inst.stmt, self.buffers)
+            names = sorted(i.stmt.name for i in under)
+            raise CodegenError(f"ukernel mark over {names}: none is a contraction")
+        inst, geo = found[0]
         outer = {d: self.expr(inst.dims[geo.dims[d]].exprs[0], env) for d in geo.outer}
-        under -= {inst.stmt.name}
+        names = {i.stmt.name for i in under} - {inst.stmt.name}
         order = list(self.ast.statements)
         position = order.index(inst.stmt)
-        before = [s for s in order[:position] if s.name in under]
-        after = tuple(s for s in order[position + 1 :] if s.name in under)
+        before = [s for s in order[:position] if s.name in names]
+        after = tuple(s for s in order[position + 1 :] if s.name in names)
         gemm = Gemm(geo, params, inst.stmt, before[-1] if before else None, after)
         emit_gemm_call(self.b, gemm, self.width, self.pointers, outer, self.buffers)
 
-    def _statements_under(self, node: isl.AstNode) -> set[str]:
+    def _instances_under(self, node: isl.AstNode) -> list[Instance]:
+        """The statement instances of the user nodes in this subtree (its own copies: isl
+        may have generated the subtree more than once)."""
         kind = node.get_type()
         if kind == isl.ast_node_type.user:
-            return {self.instance(node).stmt.name}
+            return [self.instance(node)]
         if kind == isl.ast_node_type.for_:
-            return self._statements_under(node.for_get_body())
+            return self._instances_under(node.for_get_body())
         if kind == isl.ast_node_type.mark:
-            return self._statements_under(node.mark_get_node())
+            return self._instances_under(node.mark_get_node())
         if kind == isl.ast_node_type.if_:
-            found = self._statements_under(node.if_get_then_node())
+            found = self._instances_under(node.if_get_then_node())
             if node.if_has_else_node():
-                found |= self._statements_under(node.if_get_else_node())
+                found += self._instances_under(node.if_get_else_node())
             return found
-        found = set()
-        for child in _children(node):
-            found |= self._statements_under(child)
-        return found
+        return [i for child in _children(node) for i in self._instances_under(child)]
 
     def _bounded_unit_loop(self, node: isl.AstNode) -> bool:
         if node.get_type() != isl.ast_node_type.for_:

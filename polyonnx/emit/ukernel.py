@@ -89,7 +89,8 @@ def emit_gemm_call(
     step = params.mr if params.split == "rows" else params.nr
     extent = geo.m if params.split == "rows" else geo.n
     body = _chunk_body(b.module, name + ".chunk", gemm_fn, params.split, step, extent, geo)
-    ctx = b.alloca(I64, ir.Constant(I64, len(bases)), "gemm.ctx")
+    with b.goto_block(b.function.entry_basic_block):  # once, not per outer iteration
+        ctx = b.alloca(I64, ir.Constant(I64, len(bases)), "gemm.ctx")
     for k, ptr in enumerate(bases):
         b.store(b.ptrtoint(ptr, I64), b.gep(ctx, [ir.Constant(I64, k)], source_etype=I64))
     chunks = ir.Constant(I64, -(-extent // step))

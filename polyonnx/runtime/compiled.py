@@ -166,7 +166,7 @@ class CompiledModel:
             ctypes.c_int32.from_address(address).value = max(int(count), 1)
         stacks = self.jit.global_address(STACKS)
         if stacks is not None and self._stacks is None and count > 1:
-            self._stacks = mmap.mmap(-1, WORKERS * STACK_BYTES)  # reserved, not committed
+            self._stacks = _worker_stacks()
             base = ctypes.addressof(ctypes.c_char.from_buffer(self._stacks))
             ctypes.c_void_p.from_address(stacks).value = base
 
@@ -218,6 +218,23 @@ class CompiledModel:
                 source = inputs.get(name)
                 results[name] = np.array(source if source is not None else prog.constants[name])
         return results
+
+
+def _worker_stacks() -> mmap.mmap:
+    """WORKERS private anonymous stacks of STACK_BYTES (address space until touched), the
+    lowest page of each made inaccessible so an overflow faults instead of writing into
+    the next worker's stack."""
+    region = mmap.mmap(
+        -1,
+        WORKERS * STACK_BYTES,
+        flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+        prot=mmap.PROT_READ | mmap.PROT_WRITE,
+    )
+    base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    libc = ctypes.CDLL(None, use_errno=True)
+    for worker in range(WORKERS):
+        libc.mprotect(ctypes.c_void_p(base + worker * STACK_BYTES), mmap.PAGESIZE, 0)
+    return region
 
 
 def multiply_adds(kernel: Kernel) -> int:

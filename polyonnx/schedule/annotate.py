@@ -14,7 +14,7 @@ import islpy as isl
 
 from polyonnx.errors import ScheduleError
 from polyonnx.schedule.legality import carried
-from polyonnx.schedule.state import PARALLEL, UNROLL, State, time_map
+from polyonnx.schedule.state import PARALLEL, UKERNEL, UNROLL, State, time_map
 from polyonnx.schedule.tree import VECTORIZE
 
 MAX_UNROLL = 64
@@ -50,6 +50,14 @@ def unroll(state: State, loop: str) -> State:
 
 def parallel(state: State, deps: isl.UnionMap, loop: str) -> State:
     for nest in state.nests_with(loop):
+        inner = nest.names()[nest.position(loop) + 1 :]
+        threaded = [m for n in inner for m in state.marks.get(n, ()) if _splits(m)]
+        if threaded:
+            raise ScheduleError(
+                f"parallel({loop}): {nest.statement}'s GEMM already runs on threads "
+                f"({threaded[0]}); nested parallel regions are not supported: give the "
+                "ukernel split='none' to parallelise this loop instead"
+            )
         others = [n for n in nest.names() if n != loop and state.marked(n, PARALLEL)]
         if others:
             raise ScheduleError(
@@ -78,3 +86,12 @@ def _extent(times: isl.Map, position: int) -> int:
     lo = values.dim_min_val(position).to_python()
     hi = values.dim_max_val(position).to_python()
     return int(hi - lo + 1)
+
+
+def _splits(mark: str) -> bool:
+    """A ukernel mark whose GEMM is split over threads."""
+    return (
+        mark.startswith(UKERNEL + "_")
+        and not mark.endswith("splitnone")
+        and "_splitnone_" not in mark
+    )

@@ -10,17 +10,16 @@ runs its reduction dim in SIMD lanes with a vector accumulator.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Mapping
 
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel
-from polyonnx.krnl.islutil import extents
+from polyonnx.krnl.islutil import dim_names, extents
 from polyonnx.schedule import annotate
 from polyonnx.schedule.blocking import blocked_schedule
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.gemm import Geometry, Params, default_params, ukernel_schedule, worth_it
-from polyonnx.schedule.nest import loop_nest
+from polyonnx.schedule.nest import loop_name, loop_nest
 from polyonnx.schedule.rows import row_fused_schedule
 from polyonnx.schedule.state import PARALLEL, Nest, State, Var
 from polyonnx.schedule.stencil import stencil_schedule
@@ -53,7 +52,7 @@ def _plain(kernel: Kernel, buffers: Mapping[str, Buffer]) -> KernelSchedule:
     several = len(kernel.statements) > 1
     for stmt in kernel.statements:
         plan = loop_nest(stmt, buffers)
-        loops = tuple(Var(_loop_name(e, stmt.name if several else None), e) for e in plan.order)
+        loops = tuple(Var(loop_name(e, stmt.name if several else None), e) for e in plan.order)
         nests.append(Nest(stmt.name, loops))
         if plan.vectorize and loops:
             vector.append(loops[-1].name)
@@ -61,13 +60,6 @@ def _plain(kernel: Kernel, buffers: Mapping[str, Buffer]) -> KernelSchedule:
     for name in vector:
         state = state.with_mark(name, VECTORIZE)
     return state.to_kernel_schedule()
-
-
-def _loop_name(expr: str, statement: str | None) -> str:
-    """``7*h + w`` -> ``h_w``; with a statement, ``h_w_S2``: statements of one kernel
-    then have loops of their own (marks go by loop name)."""
-    base = "_".join(re.findall(r"[A-Za-z_]\w*", expr))
-    return f"{base}_{statement}" if statement else base
 
 
 def _with_threads(schedule: KernelSchedule) -> KernelSchedule:
@@ -85,8 +77,14 @@ def _with_threads(schedule: KernelSchedule) -> KernelSchedule:
             continue
         if sum(_points(s) for s in group) < PARALLEL_POINTS:  # a row-fused group counts whole
             continue
-        first = nest.loops[0].name
-        if extents(stmt)[0] < 2 or state.marked(first, PARALLEL) or state.marked(first, VECTORIZE):
+        sizes = dict(zip(dim_names(stmt), extents(stmt), strict=True))
+        wide = [
+            v for v in nest.loops if sizes.get(v.expr, 2) >= 2
+        ]  # a dim's extent, else a merged loop
+        if not wide:
+            continue
+        first = wide[0].name
+        if state.marked(first, PARALLEL) or state.marked(first, VECTORIZE):
             continue
         deps = deps if deps is not None else dependences(state.kernel)
         with contextlib.suppress(ScheduleError):

@@ -28,7 +28,6 @@ its accumulator, gets its products added in the original k order, and is stored 
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -59,7 +58,7 @@ from polyonnx.krnl.islutil import (
 from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.legality import broken_order
-from polyonnx.schedule.nest import loop_nest
+from polyonnx.schedule.nest import loop_name, loop_nest
 from polyonnx.schedule.state import Nest, State, Var
 from polyonnx.schedule.tree import KernelSchedule
 
@@ -345,7 +344,21 @@ def ukernel_schedule(
     if params is None:
         return None
     state = with_ukernel(State.original(kernel), stmt.name, geo, params, buffers)
-    return state.to_kernel_schedule() if state is not None else None
+    if state is None:
+        return None
+    return _threads_over_batches(state, geo, params).to_kernel_schedule()
+
+
+def _threads_over_batches(state: State, geo: Geometry, params: Params) -> State:
+    """A batch of GEMMs, each too small to split, with enough work in all: the outermost
+    batch loop runs on threads (attention's per-head products)."""
+    batches = [d for d in geo.outer if geo.sizes[d] >= 2]
+    total = geo.m * geo.n * geo.k * _product(geo.sizes[d] for d in geo.outer)
+    if params.split != "none" or not batches or total < PARALLEL_WORK:
+        return state
+    with contextlib.suppress(ScheduleError):
+        state = annotate.parallel(state, dependences(state.kernel), f"{geo.dims[batches[0]]}_g")
+    return state
 
 
 def ukernel_state(
@@ -382,6 +395,15 @@ SCRATCH_BYTES = 3 << 20
 """Stack room for a thread's packed B block (worker stacks are 4 MB, emit/threads.py)."""
 
 
+def scratch_bytes(params: Params) -> int:
+    """Stack the GEMM's packed blocks take (emit/ukernel.py allocates them)."""
+    b_block = (
+        params.kc * (-(-params.nc // params.nr) * params.nr + params.nr) if params.packb else 0
+    )
+    a_block = -(-params.mc // params.mr) * params.mr * params.kc if params.packa else 0
+    return 4 * (b_block + a_block)
+
+
 def b_row_stride(geo: Geometry) -> int | None:
     """ldb when B's element (k, n) is at ``k * ldb + n`` (plus the outer dims' offset),
     else None."""
@@ -409,10 +431,10 @@ def _check(params: Params, lanes: int, geo: Geometry) -> None:
             "packb=0 needs B contiguous along the columns, evenly strided along k and no "
             "padding (a 1x1 convolution or a MatMul, not an im2col)"
         )
-    if params.packb and 4 * params.kc * (params.nc + 2 * params.nr) > SCRATCH_BYTES:
+    if scratch_bytes(params) > SCRATCH_BYTES:
         problems.append(
-            f"kc x nc = {params.kc} x {params.nc}: the packed B block must fit in "
-            f"{SCRATCH_BYTES >> 20} MB of stack"
+            f"kc={params.kc}, nc={params.nc}, mc={params.mc}: the packed blocks "
+            f"({scratch_bytes(params) >> 10} KB) must fit in {SCRATCH_BYTES >> 20} MB of stack"
         )
     for name in ("mr", "kc", "mc", "nc", "unroll"):
         if getattr(params, name) < 1:
@@ -458,7 +480,7 @@ def _default_loops(state: State, deps, stmt: Statement, buffers) -> State:
     plan = loop_nest(stmt, buffers)
     if not plan.order:
         return state
-    loops = tuple(Var("_".join(re.findall(r"[A-Za-z_]\w*", e)), e) for e in plan.order)
+    loops = tuple(Var(loop_name(e), e) for e in plan.order)
     moved = state.with_nests(
         tuple(Nest(stmt.name, loops) if n.statement == stmt.name else n for n in state.nests)
     )

@@ -13,6 +13,7 @@ in whole vectors instead of 7-wide rows that are mostly a scalar tail.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from polyonnx.krnl.ir import REDUCE_OPS, Buffer, Statement, gathers, loads
@@ -84,3 +85,11 @@ def _score(stmt: Statement, buffers: Mapping[str, Buffer], pos: int) -> int | No
         stride = flat_stride(load.access, buffers[load.access.buffer].shape, pos)
         score += {1: 1, 0: 0}.get(stride, -1)
     return score
+
+
+def loop_name(expr: str, statement: str | None = None) -> str:
+    """A loop's name from its expression: ``7*h + w`` -> ``h_w``; with a statement,
+    ``h_w_S2`` (statements of one kernel then have loops of their own: marks go by
+    loop name)."""
+    base = "_".join(re.findall(r"[A-Za-z_]\w*", expr))
+    return f"{base}_{statement}" if statement else base

@@ -16,7 +16,6 @@ dependences like any schedule.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Mapping
 
 from polyonnx.errors import ScheduleError
@@ -25,7 +24,7 @@ from polyonnx.krnl.islutil import dim_names, extents
 from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.legality import broken_order
-from polyonnx.schedule.nest import loop_nest
+from polyonnx.schedule.nest import loop_name, loop_nest
 from polyonnx.schedule.state import Nest, State, Var
 from polyonnx.schedule.tree import KernelSchedule
 
@@ -38,28 +37,24 @@ def row_fused_schedule(kernel: Kernel, buffers: Mapping[str, Buffer]) -> KernelS
     stmts = kernel.statements
     if len(stmts) < 2 or not any(s.reduce for s in stmts):
         return None
-    firsts = {(dim_names(s) or [None])[0] for s in stmts}
-    if len(firsts) != 1 or None in firsts:
+    lead = _leading(stmts)
+    if lead is None:
         return None
-    row = firsts.pop()
-    sizes = {extents(s)[0] for s in stmts}
-    if len(sizes) != 1 or sizes.pop() < MIN_ROWS:
-        return None
+    *units, row = lead
     nests, vector = [], []
     for stmt in stmts:
         plan = loop_nest(stmt, buffers, keep=row)
-        order = list(plan.order)
-        if row not in order:
+        order = [e for e in plan.order if e not in lead]
+        if row not in plan.order:
             return None  # coalesced with an inner dim
-        order.remove(row)
-        inner = tuple(Var("_".join(re.findall(r"[A-Za-z_]\w*", e)), e) for e in order)
-        nests.append(Nest(stmt.name, (Var(row, row), *inner)))
+        inner = tuple(Var(loop_name(e), e) for e in order)
+        nests.append(Nest(stmt.name, (*(Var(d, d) for d in lead), *inner)))
         if plan.vectorize and inner:
             vector.append(inner[-1].name)
     state = State(kernel, tuple(nests))
     host = stmts[0].name
     for stmt, nest in zip(stmts[1:], nests[1:], strict=True):
-        state = state.with_attach(stmt.name, host, 0, nest)
+        state = state.with_attach(stmt.name, host, len(units), nest)
     deps = dependences(kernel)
     if broken_order(state, deps) is not None:
         return None
@@ -67,3 +62,21 @@ def row_fused_schedule(kernel: Kernel, buffers: Mapping[str, Buffer]) -> KernelS
         with contextlib.suppress(ScheduleError):
             state = annotate.vectorize(state, deps, name)
     return state.to_kernel_schedule()
+
+
+def _leading(stmts) -> list[str] | None:
+    """The dims every statement starts with: any of extent 1, then the row dim (at least
+    MIN_ROWS values, the same in every statement); None when there is no such row."""
+    first = stmts[0]
+    names, sizes = dim_names(first), extents(first)
+    lead = []
+    for name, size in zip(names, sizes, strict=True):
+        lead.append(name)
+        if size != 1:
+            break
+    if not lead or sizes[len(lead) - 1] < MIN_ROWS:
+        return None
+    for stmt in stmts[1:]:
+        if dim_names(stmt)[: len(lead)] != lead or extents(stmt)[: len(lead)] != sizes[: len(lead)]:
+            return None
+    return lead

@@ -116,3 +116,10 @@ def test_gemm_init_is_computed_in_the_register_tile():
     got = polyonnx.InferenceSession(model).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, x @ w + 0.5 * c, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(got, x @ w + 0.5 * c, **{**FLOAT_TOL, "atol": 1e-4})
+
+
+def test_a_batch_one_softmax_is_fused_per_row_block():
+    text = _nest(_unary("Softmax", (1, 12, 40, 130), axis=-1))
+    lines = text.splitlines()
+    assert lines[0] == "for (int d1 = 0; d1 <= 11; d1++)"
+    assert all(line.startswith("  ") for line in lines[1:] if line)

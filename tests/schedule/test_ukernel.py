@@ -286,3 +286,28 @@ def test_reading_b_in_place_is_refused_for_an_im2col():
     with pytest.raises(ScheduleError, match="packb=0 needs B contiguous"):
         s.ukernel(packb=0)
     s.ukernel(packb=1)
+
+
+def test_a_parallel_loop_around_a_threaded_gemm_is_refused():
+    model = _matmul_model((8, 64, 96), (8, 96, 80), (8, 64, 80))
+    s = polyonnx.load(model).schedule("mm")
+    s.ukernel(split="cols")
+    with pytest.raises(ScheduleError, match="already runs on threads"):
+        s.parallel("b0_g")
+
+
+def test_packed_a_counts_in_the_stack_budget():
+    s = polyonnx.load(_matmul_model((256, 512), (512, 2048), (256, 2048))).schedule("mm")
+    with pytest.raises(ScheduleError, match="must fit in 3 MB of stack"):
+        s.ukernel(packa=1, mc=2048, kc=512, nc=512)
+
+
+def test_a_batch_of_small_gemms_runs_its_batch_loop_on_threads():
+    model = _matmul_model((12, 128, 64), (12, 64, 128), (12, 128, 128))  # attention's QK^T
+    program = lower_model(model)
+    tree = default_schedule(program.kernels[0], program.buffers).tree
+    assert 'mark: "parallel"' in tree and "splitnone" in tree
+    rng = np.random.default_rng(6)
+    a, b = random_array(rng, (12, 128, 64)), random_array(rng, (12, 64, 128))
+    got = polyonnx.InferenceSession(model, threads=2).run(None, {"a": a, "b": b})[0]
+    np.testing.assert_allclose(got, a @ b, **sum_tol(256))
