@@ -18,10 +18,8 @@ from __future__ import annotations
 import dataclasses
 from types import MappingProxyType
 
-import islpy as isl
-
 from polyonnx.krnl.ir import Kernel, Program, Statement, gathers, loads, map_loads, renamed
-from polyonnx.krnl.islutil import dim_names, is_identity, parse_set
+from polyonnx.krnl.islutil import is_whole_identity
 
 
 def fuse_epilogues(program: Program, is_contraction) -> Program:
@@ -69,10 +67,10 @@ def _absorb(host: Kernel, guest: Kernel, program: Program, kernels: list[Kernel]
         return None
     if any(t in k.reads() for k in kernels if k is not guest):
         return None
-    if not _identity(stmt, stmt.write.index, tb.shape):
+    if not is_whole_identity(stmt, stmt.write.index, tb.shape):
         return None
     reads = [ld for ld in loads(stmt.expr) if ld.access.buffer == t]
-    if not reads or not all(_identity(stmt, ld.access.index, tb.shape) for ld in reads):
+    if not reads or not all(is_whole_identity(stmt, ld.access.index, tb.shape) for ld in reads):
         return None
     if any(ld.access.buffer == u for ld in loads(stmt.expr)):
         return None
@@ -105,13 +103,3 @@ def _retarget(stmt: Statement, old: str, new: str) -> Statement:
     if write.buffer == old:
         write = dataclasses.replace(write, buffer=new)
     return dataclasses.replace(stmt, write=write, expr=map_loads(stmt.expr, swap))
-
-
-def _identity(stmt: Statement, index: str, shape) -> bool:
-    """Element for element over the whole buffer."""
-    if len(dim_names(stmt)) != len(shape) or not is_identity(stmt, index):
-        return False
-    names = ", ".join(dim_names(stmt))
-    bounds = " and ".join(f"0 <= {d} < {n}" for d, n in zip(dim_names(stmt), shape, strict=True))
-    box = isl.Set(f"{{ {stmt.name}[{names}] : {bounds} }}" if bounds else f"{{ {stmt.name}[] }}")
-    return parse_set(stmt.domain).is_equal(box)

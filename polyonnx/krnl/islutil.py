@@ -81,3 +81,15 @@ def is_identity(stmt: Statement, index: str) -> bool:
     domain = parse_set(stmt.domain)
     identity = isl.Map(f"{{ {stmt.name}[{names}] -> [{names}] }}").intersect_domain(domain)
     return isl.Map.from_multi_aff(access).intersect_domain(domain).is_equal(identity)
+
+
+def is_whole_identity(stmt: Statement, index: str, shape: Sequence[int]) -> bool:
+    """The access is the identity (:func:`is_identity`) and the statement's domain is the
+    whole buffer of ``shape``: the statement touches every element once, in place."""
+    names = dim_names(stmt)
+    if len(names) != len(shape) or not is_identity(stmt, index):
+        return False
+    bounds = " and ".join(f"0 <= {d} < {n}" for d, n in zip(names, shape, strict=True))
+    head = f"{stmt.name}[{', '.join(names)}]"
+    box = isl.Set(f"{{ {head} : {bounds} }}" if bounds else f"{{ {head} }}")
+    return parse_set(stmt.domain).is_equal(box)

@@ -50,7 +50,7 @@ from polyonnx.krnl.ir import (
 from polyonnx.krnl.islutil import (
     dim_names,
     extents,
-    is_identity,
+    is_whole_identity,
     parse_access,
     parse_set,
     row_major_strides,
@@ -531,14 +531,14 @@ def epilogue_loads(host: Statement, stmt: Statement, geo: Geometry, buffers):
         coords is None
         or stmt.reduce is not None
         or stmt.write.buffer != out
-        or not _identity_over(stmt, buffers[out].shape, stmt.write.index)
+        or not is_whole_identity(stmt, stmt.write.index, buffers[out].shape)
         or not _simple(stmt.expr)
     ):
         return None
     found = {}
     for ld in loads(stmt.expr):
         if ld.access.buffer == out:
-            if not _identity_over(stmt, buffers[out].shape, ld.access.index):
+            if not is_whole_identity(stmt, ld.access.index, buffers[out].shape):
                 return None
             continue
         own = _affine(ld.access.buffer, ld.access.index, buffers)
@@ -601,10 +601,6 @@ def _coordinate_dims(stmt: Statement) -> list[int | None] | None:
         else:
             return None
     return found
-
-
-def _identity_over(stmt: Statement, shape, index: str) -> bool:
-    return len(dim_names(stmt)) == len(shape) and is_identity(stmt, index)
 
 
 def _epilogue_var(host: Statement, tail: Statement, loop: Var) -> Var:
