@@ -17,6 +17,7 @@ of at least PARALLEL_WORK multiply-adds also run their outermost loop on threads
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Mapping
 
 from polyonnx.errors import ScheduleError
@@ -24,6 +25,7 @@ from polyonnx.krnl.ir import Binary, Buffer, Kernel, Load, Statement
 from polyonnx.krnl.islutil import dim_names, extents, flat_stride
 from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
+from polyonnx.schedule.gemm import PARALLEL_WORK
 from polyonnx.schedule.legality import broken_order
 from polyonnx.schedule.reorder import reorder
 from polyonnx.schedule.split import split
@@ -33,9 +35,6 @@ from polyonnx.schedule.tree import KernelSchedule
 MR = 4
 VECTORS = 4
 MIN_EXTENT = 16
-PARALLEL_WORK = 10_000_000
-"""Multiply-adds (~20 MFLOP, ~0.2 ms on one core) from which a contraction's outermost
-loop runs on threads by default: starting threads costs tens of microseconds."""
 
 
 def blocked_schedule(
@@ -60,20 +59,12 @@ def blocked_schedule(
         state = annotate.unroll(annotate.vectorize(state, deps, j_i), i_i)
     except ScheduleError:  # any refusal means: keep the plain default
         return None
-    if _work(stmt) >= PARALLEL_WORK:
+    if math.prod(extents(stmt)) >= PARALLEL_WORK:
         first = (*outer, i_o)[0]
         # threads for big contractions; small ones would spend more starting them
         with contextlib.suppress(ScheduleError):
             state = annotate.parallel(state, deps, first)
     return state.to_kernel_schedule()
-
-
-def _work(stmt: Statement) -> int:
-    """Multiply-adds of the statement (its domain's size; boxes in practice)."""
-    size = 1
-    for extent in extents(stmt):
-        size *= max(extent, 0)
-    return size
 
 
 def _plan(stmt: Statement, buffers: Mapping[str, Buffer], lanes: int):

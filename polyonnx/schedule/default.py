@@ -10,6 +10,7 @@ runs its reduction dim in SIMD lanes with a vector accumulator.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Mapping
 
 from polyonnx.errors import ScheduleError
@@ -18,7 +19,14 @@ from polyonnx.krnl.islutil import dim_names, extents
 from polyonnx.schedule import annotate
 from polyonnx.schedule.blocking import blocked_schedule
 from polyonnx.schedule.deps import dependences
-from polyonnx.schedule.gemm import Geometry, Params, default_params, ukernel_schedule, worth_it
+from polyonnx.schedule.gemm import (
+    Geometry,
+    Params,
+    default_params,
+    ukernel_schedule,
+    vector_registers,
+    worth_it,
+)
 from polyonnx.schedule.nest import loop_name, loop_nest
 from polyonnx.schedule.rows import row_fused_schedule
 from polyonnx.schedule.state import PARALLEL, Nest, State, Var
@@ -75,7 +83,7 @@ def _with_threads(schedule: KernelSchedule) -> KernelSchedule:
         ]
         if nest.statement in state.attach or not nest.loops:
             continue
-        if sum(_points(s) for s in group) < PARALLEL_POINTS:  # a row-fused group counts whole
+        if sum(math.prod(extents(s)) for s in group) < PARALLEL_POINTS:  # a fused group: all
             continue
         sizes = dict(zip(dim_names(stmt), extents(stmt), strict=True))
         wide = [
@@ -98,15 +106,7 @@ non-contraction kernel's outermost loop runs on threads: starting and joining th
 costs ~60-80 us (measured, 2 threads), so smaller kernels run no faster on two."""
 
 
-def _points(stmt) -> int:
-    total = 1
-    for n in extents(stmt):
-        total *= max(n, 0)
-    return total
-
-
 def _gemm_params(geo: Geometry, lanes: int) -> Params | None:
     if not worth_it(geo, lanes):
         return None
-    registers = 32 if lanes * 4 >= 64 else 16  # AVX-512 has 32 vector registers
-    return default_params(geo, lanes, registers)
+    return default_params(geo, lanes, vector_registers(lanes))

@@ -28,6 +28,7 @@ its accumulator, gets its products added in the original k order, and is stored 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -59,10 +60,9 @@ from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.legality import broken_order
 from polyonnx.schedule.nest import loop_name, loop_nest
-from polyonnx.schedule.state import Nest, State, Var
+from polyonnx.schedule.state import UKERNEL, Nest, State, Var
 from polyonnx.schedule.tree import KernelSchedule
 
-UKERNEL = "ukernel"
 MIN_ROWS = 4
 MIN_COLUMNS = 16
 MIN_DEPTH = 8
@@ -99,11 +99,11 @@ class Geometry:
 
     @property
     def n(self) -> int:
-        return _product(self.sizes[d] for d in self.cols)
+        return math.prod(self.sizes[d] for d in self.cols)
 
     @property
     def k(self) -> int:
-        return _product(self.sizes[d] for d in self.depth)
+        return math.prod(self.sizes[d] for d in self.depth)
 
     @property
     def lda(self) -> int:
@@ -201,6 +201,12 @@ def geometry(stmt: Statement, buffers: Mapping[str, Buffer]) -> Geometry | None:
     if constraints is None:
         return None
     return Geometry(names, sizes, row, cols, depth, outer, a, b, c, constraints)
+
+
+def vector_registers(lanes: int) -> int:
+    """Architectural vector registers of a float32 SIMD width: AVX-512 has 32, AVX2 and
+    SSE 16."""
+    return 32 if lanes >= 16 else 16
 
 
 def worth_it(geo: Geometry, lanes: int) -> bool:
@@ -318,13 +324,6 @@ def _constraints(domain: isl.Set, count: int, allowed: set[int], unit: set[int])
     return tuple(found)
 
 
-def _product(values) -> int:
-    total = 1
-    for v in values:
-        total *= v
-    return total
-
-
 def _round_up(x: int, multiple: int) -> int:
     return -(-x // multiple) * multiple
 
@@ -353,7 +352,7 @@ def _threads_over_batches(state: State, geo: Geometry, params: Params) -> State:
     """A batch of GEMMs, each too small to split, with enough work in all: the outermost
     batch loop runs on threads (attention's per-head products)."""
     batches = [d for d in geo.outer if geo.sizes[d] >= 2]
-    total = geo.m * geo.n * geo.k * _product(geo.sizes[d] for d in geo.outer)
+    total = geo.m * geo.n * geo.k * math.prod(geo.sizes[d] for d in geo.outer)
     if params.split != "none" or not batches or total < PARALLEL_WORK:
         return state
     with contextlib.suppress(ScheduleError):
@@ -383,7 +382,7 @@ def ukernel_state(
     unknown = set(given) - {f.name for f in fields(Params)}
     if unknown:
         raise ScheduleError(f"ukernel: unknown parameters {sorted(unknown)}")
-    params = replace(default_params(geo, lanes, 32 if lanes >= 16 else 16), **given)
+    params = replace(default_params(geo, lanes, vector_registers(lanes)), **given)
     _check(params, lanes, geo)
     result = with_ukernel(state, stmt.name, geo, params, buffers)
     if result is None:
