@@ -100,10 +100,11 @@ def _with_threads(schedule: KernelSchedule) -> KernelSchedule:
     return state.to_kernel_schedule() if state is not schedule.state else schedule
 
 
-PARALLEL_POINTS = 1 << 21
-"""Statement instances (~2M, a few hundred microseconds of work) from which a
-non-contraction kernel's outermost loop runs on threads: starting and joining the workers
-costs ~60-80 us (measured, 2 threads), so smaller kernels run no faster on two."""
+PARALLEL_POINTS = 1 << 23
+"""Statement instances (~8M, a millisecond or more of work) from which a non-contraction
+kernel's outermost loop runs on threads: starting and joining the workers costs ~60-80 us
+(measured, 2 threads), and a row-fused Softmax of 2M points ran slower on two threads
+(266 us) than on one (206 us) in the perf suite."""
 
 
 def _gemm_params(geo: Geometry, lanes: int) -> Params | None:
