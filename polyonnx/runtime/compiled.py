@@ -46,8 +46,10 @@ from polyonnx.schedule.gemm import geometry
 from polyonnx.schedule.tree import KernelSchedule
 
 
-def default_schedules(program: Program) -> tuple[KernelSchedule, ...]:
-    return tuple(default_schedule(k, program.buffers) for k in program.kernels)
+def default_schedules(program: Program, target: Target | None = None) -> tuple[KernelSchedule, ...]:
+    """Each kernel's default schedule for ``target``'s SIMD width (the host's by default)."""
+    lanes = (target or host_target()).lanes(4)
+    return tuple(default_schedule(k, program.buffers, lanes) for k in program.kernels)
 
 
 def lower_model(model, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Program:
@@ -75,7 +77,7 @@ def compile_graph(
     graph: Graph, target: Target | None = None, *, profile: bool = False
 ) -> CompiledModel:
     program = optimize(lower(graph))
-    return compile_program(program, default_schedules(program), target, profile=profile)
+    return compile_program(program, default_schedules(program, target), target, profile=profile)
 
 
 def compile_program(

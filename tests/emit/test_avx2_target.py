@@ -1,0 +1,79 @@
+"""The generic path: the same models compiled for an AVX2 target (8-lane vectors, 16
+registers: a 6 x 16 GEMM register tile) instead of the host's AVX-512. AVX2 code runs on
+this machine, so the results are checked against numpy."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from polyonnx.emit.target import host_target
+from polyonnx.frontend.load import load_graph
+from polyonnx.krnl.lower import supported_ops
+from polyonnx.runtime.compiled import compile_graph, default_schedules, lower_model
+from tests.helpers import make_model, random_array, sum_tol, value_info
+
+F32 = np.float32
+
+
+@pytest.fixture(scope="module")
+def avx2():
+    host = host_target()
+    if host.vector_bits < 256:
+        pytest.skip("the host cannot run AVX2 code")
+    features = re.sub(r"\+(avx512\w*)", r"-\1", host.features)
+    return dataclasses.replace(host, features=features, vector_bits=256)
+
+
+def _compile(model, target):
+    return compile_graph(load_graph(model, supported_ops=supported_ops()), target)
+
+
+def test_avx2_gemm_tile_is_6_by_16(avx2):
+    model = _matmul(37, 600, 70)
+    program = lower_model(model)
+    (schedule,) = default_schedules(program, avx2)
+    assert "ukernel_mr6_nr16" in schedule.tree
+
+
+def _matmul(m, k, n):
+    node = helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")
+    return make_model(
+        [node],
+        [value_info("a", F32, (m, k)), value_info("b", F32, (k, n))],
+        [value_info("y", F32, (m, n))],
+    )
+
+
+@pytest.mark.parametrize("shape", [(37, 600, 70), (5, 17, 33), (64, 64, 64)])
+def test_avx2_matmul_matches_numpy(avx2, shape):
+    m, k, n = shape
+    rng = np.random.default_rng(0)
+    a, b = random_array(rng, (m, k)), random_array(rng, (k, n))
+    got = _compile(_matmul(m, k, n), avx2).run({"a": a, "b": b})["y"]
+    np.testing.assert_allclose(got, a @ b, **sum_tol(4 * k))
+
+
+def test_avx2_strided_padded_conv_with_relu_matches_numpy(avx2):
+    rng = np.random.default_rng(1)
+    x = random_array(rng, (1, 8, 23, 23))
+    w = random_array(rng, (24, 8, 3, 3), low=-0.5, high=0.5)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1] * 4, strides=[2, 2]),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    model = make_model(
+        nodes, [value_info("x", F32, x.shape)], [value_info("y", F32, (1, 24, 12, 12))], {"w": w}
+    )
+    got = _compile(model, avx2).run({"x": x})["y"]
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.zeros((1, 24, 12, 12))
+    for i in range(3):
+        for j in range(3):
+            patch = xp[:, :, i : i + 23 : 2, j : j + 23 : 2]
+            want += np.einsum("nchw,mc->nmhw", patch, w[:, :, i, j])
+    np.testing.assert_allclose(got, np.maximum(want, 0), rtol=1e-4, atol=1e-4)
