@@ -127,12 +127,12 @@ class Params:
     unroll: int = 4
     split: str = "none"
     packa: int = 0
+    """1: copy each MC x KC block of A into MR-interleaved panels (contiguous broadcasts,
+    no cache-set conflicts between rows a large power of two apart)."""
     packb: int = 1
     """0: read B in place, row by row, instead of packing it (no padding, B contiguous
     along the columns and evenly strided along k): for few rows, packing costs more
     than it saves."""
-    """1: copy each MC x KC block of A into MR-interleaved panels (contiguous broadcasts,
-    no cache-set conflicts between rows a large power of two apart)."""
 
     def mark(self) -> str:
         """The isl mark name, e.g. ``ukernel_mr8_nr32_kc256_mc128_nc512_unroll4_splitcols``
@@ -218,10 +218,8 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     """Register tile from the vector registers (MR x NR/lanes accumulators, NR/lanes B
     vectors and a broadcast A value must fit), K blocks whose B micro-panel stays in L1,
     and the thread split that needs no duplicated packing."""
-    vectors = 2
-    mr = 8 if registers >= 32 else 6
-    nr = vectors * lanes
-    mr = min(mr, _round_up(geo.m, 1))
+    mr = min(8 if registers >= 32 else 6, geo.m)  # a short GEMM: all its rows in one tile
+    nr = 2 * lanes
     work = geo.m * geo.n * geo.k
     split = "none"
     if work >= PARALLEL_WORK:  # one thread runs every chunk itself, at no cost

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from polyonnx.errors import ScheduleError
-from polyonnx.krnl.ir import Buffer, Kernel, Load, Statement, loads
+from polyonnx.krnl.ir import Buffer, Kernel, Statement, loads
 from polyonnx.krnl.islutil import dim_names, extents, flat_stride
 from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
@@ -77,8 +77,8 @@ def _plan(stmt: Statement, buffers: Mapping[str, Buffer]) -> Plan | None:
     loads (a contraction) is not a window."""
     if stmt.reduce not in WINDOW_OPS:
         return None
-    reads = [x for x in loads(stmt.expr) if isinstance(x, Load)]
-    if not reads or len(reads) != len(loads(stmt.expr)):
+    reads = loads(stmt.expr)
+    if not reads:
         return None
     if len({x.access.buffer for x in reads}) != 1:
         return None
