@@ -2,13 +2,21 @@
 number to quote is a ratio. Run: python -m pytest perf --benchmark-only.
 
 Unless given on the command line, a benchmark runs at least 3 rounds for about 0.5 s
-(pytest-benchmark's defaults are 5 rounds, 1 s): the quick suite stays under ten minutes.
-``POLYONNX_BENCH_FULL=1`` adds the slow cases; ``python perf/report.py --run`` runs the
-suite and prints one table of ratios."""
+(pytest-benchmark's defaults are 5 rounds, 1 s): the default suite stays under ten minutes.
+``--quick`` keeps a subset that runs in about two minutes: every kernel family and a few
+small models, each with its baselines (``QUICK_CASES``). ``POLYONNX_BENCH_FULL=1`` adds the
+slow cases; ``python perf/report.py --run`` runs the suite and prints one table of ratios;
+``polyonnx bench`` runs it into a history for ``polyonnx dashboard``.
+
+Saved runs record, beside pytest-benchmark's machine_info, polyonnx's and LLVM's versions,
+the compile target and its FMA peak (``machine_info["polyonnx"]``), and the suite
+(``"suite"``: quick, default or full)."""
 
 from __future__ import annotations
 
+import os
 import pathlib
+import re
 import sys
 
 import pytest
@@ -20,6 +28,58 @@ QUICK_DEFAULTS = {
     "--benchmark-min-rounds": ("benchmark_min_rounds", 3),
     "--benchmark-max-time": ("benchmark_max_time", "0.5"),
 }
+QUICK_CASES = {
+    # test_kernels: every family (square, odd-edged, GEMV and batched MatMul; stem, 3x3,
+    # 1x1, strided and depthwise Conv; elementwise chain, Softmax, LayerNorm)
+    "matmul-256", "matmul-1024", "matmul-127x255x63", "matmul-1x4096x4096",
+    "attention-12x128x64x128", "conv-7x7s2-3to64-224", "conv-3x3-64to64-56",
+    "conv-1x1-64to256-56", "conv-3x3s2-128to128-56", "dwconv-3x3-32-112",
+    "eltwise-chain-64x1024", "softmax-512x1024", "layernorm-512x768",
+    # test_models: the small models (the big CNNs take 5 to 20 s each to compile)
+    "squeezenet", "mlp", "mm_bias_relu",
+}  # fmt: skip
+QUICK_FILES = {"test_mlp.py", "test_schedule_tutorial.py"}
+"""Kept whole by --quick: they are small."""
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--quick", action="store_true", help="polyonnx: only the quick suite (QUICK_CASES)"
+    )
+
+
+def case_id(item) -> str | None:
+    """The case of a parametrised test, from its id: ``matmul-256`` of ``matmul-256-1t``."""
+    callspec = getattr(item, "callspec", None)
+    return re.sub(r"-\d+t$", "", callspec.id) if callspec else None
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--quick"):
+        return
+    kept, dropped = [], []
+    for item in items:
+        quick = item.path.name in QUICK_FILES or case_id(item) in QUICK_CASES
+        (kept if quick else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def suite(config) -> str:
+    if config.getoption("--quick"):
+        return "quick"
+    return "full" if os.environ.get("POLYONNX_BENCH_FULL") == "1" else "default"
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    from polyonnx.bench.machine import polyonnx_info
+
+    machine_info["polyonnx"] = polyonnx_info()
+
+
+def pytest_benchmark_update_json(config, benchmarks, output_json):
+    output_json["suite"] = suite(config)
 
 
 def pytest_configure(config):

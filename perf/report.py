@@ -1,6 +1,6 @@
 """One table of the perf/ suite: polyonnx against its baselines, measured in the same run.
 
-    python perf/report.py --run                  # run the quick suite, then print the table
+    python perf/report.py --run                  # run the default suite, then print the table
     POLYONNX_BENCH_FULL=1 python perf/report.py --run    # ... with the slow cases
     python perf/report.py --json FILE            # the table of an earlier run's JSON
     python perf/report.py --run -- -k matmul     # pytest arguments after --
@@ -22,31 +22,19 @@ import argparse
 import json
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's polyonnx, not an installed copy
+
+from polyonnx.bench.cases import table_rows  # noqa: E402
+from polyonnx.bench.peak import clock, fastest, peak_per_core  # noqa: E402
+from polyonnx.bench.suite import children_cpu_seconds, cpu_busy_seconds  # noqa: E402
+from polyonnx.bench.table import print_table  # noqa: E402
+
 DEFAULT_JSON = ROOT / ".benchmarks" / "report.json"
-BASELINES = ("onnxruntime", "numpy")
-ASSUMED_GHZ = 3.6
-FMA_PIPES = 2
-DATAPATH_BITS = {"znver4": 256}
-"""CPUs whose FMA pipes are narrower than their registers: Zen 4 runs each 512-bit FMA as
-two halves on its two 256-bit pipes."""
-
-
-@dataclass
-class Row:
-    case: str
-    threads: int
-    flops: int | None = None
-    medians: dict[str, float] = field(default_factory=dict)
-
-
-# -- running the suite -------------------------------------------------------------------
 
 
 def run_suite(json_path: pathlib.Path, pytest_args: list[str]) -> tuple[float, float | None]:
@@ -72,179 +60,6 @@ def run_suite(json_path: pathlib.Path, pytest_args: list[str]) -> tuple[float, f
     return elapsed, after - busy - (children_cpu_seconds() - ours)
 
 
-def cpu_busy_seconds() -> float | None:
-    """CPU seconds used since boot by all processes, and stolen by the hypervisor (Linux
-    /proc/stat)."""
-    try:
-        fields = pathlib.Path("/proc/stat").read_text().split("\n")[0].split()[1:]
-    except OSError:
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def children_cpu_seconds() -> float:
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-# -- the table ---------------------------------------------------------------------------
-
-
-def describe(bench: dict) -> tuple[str, str, int, int | None]:
-    """(case, implementation, threads, flops) of one pytest-benchmark record. Suites that
-    record no ``extra_info`` (test_mlp, test_schedule_tutorial) are read from their names:
-    test_onnxruntime is the baseline, every other test a polyonnx variant."""
-    info = bench.get("extra_info") or {}
-    if "impl" in info:
-        return info["case"], info["impl"], int(info["threads"]), info.get("flops")
-    test = bench["name"].split("[")[0].removeprefix("test_")
-    group = bench.get("group") or test
-    threads = (bench.get("params") or {}).get("threads")
-    if threads is None:
-        found = re.search(r"-(\d+)threads?$", group)
-        threads = int(found[1]) if found else 1
-    case = re.sub(r"-\d+threads?$", "", group)
-    if test in BASELINES:
-        return case, test, threads, None
-    return (case if test == "polyonnx" else f"{case}/{test}"), "polyonnx", threads, None
-
-
-def table_rows(benchmarks: list[dict]) -> list[Row]:
-    """One row per polyonnx (case, threads), in the order the suite ran them, with the
-    baselines of its case (the part before a '/') at the same thread count."""
-    rows: dict[tuple[str, int], Row] = {}
-    baselines: dict[tuple[str, int, str], float] = {}
-    order: dict[str, int] = {}
-    for bench in benchmarks:
-        case, impl, threads, flops = describe(bench)
-        median = bench["stats"]["median"]
-        if impl == "polyonnx":
-            order.setdefault(case, len(order))
-            rows[case, threads] = Row(case, threads, flops, {"polyonnx": median})
-        else:
-            baselines[case.split("/")[0], threads, impl] = median
-    for row in rows.values():
-        for impl in BASELINES:
-            if (row.case.split("/")[0], row.threads, impl) in baselines:
-                row.medians[impl] = baselines[row.case.split("/")[0], row.threads, impl]
-    return sorted(rows.values(), key=lambda row: (order[row.case], row.threads))
-
-
-def seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if value >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value / 1e-9:.3g} ns"
-
-
-def cells(row: Row, peak_per_core: float) -> list[str]:
-    ours = row.medians["polyonnx"]
-    ort, blas = row.medians.get("onnxruntime"), row.medians.get("numpy")
-    ratio = [f"{ours / base:.2f}" if base else "-" for base in (ort, blas)]
-    rate = row.flops / ours / 1e9 if row.flops else None
-    percent = f"{100 * rate / (peak_per_core * row.threads):.0f}%" if rate else "-"
-    rate_cell = f"{rate:.1f}" if rate else "-"
-    return [
-        row.case,
-        str(row.threads),
-        seconds(ours),
-        seconds(ort),
-        seconds(blas),
-        *ratio,
-        rate_cell,
-        percent,
-    ]
-
-
-HEADER = [
-    "benchmark",
-    "threads",
-    "polyonnx",
-    "onnxruntime",
-    "numpy",
-    "ratio ort",
-    "ratio numpy",
-    "GFLOP/s",
-    "% peak",
-]
-
-
-def print_table(rows: list[Row], peak_per_core: float) -> None:
-    body = [cells(row, peak_per_core) for row in rows]
-    try:
-        from rich import box
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        widths = [max(len(r[i]) for r in [HEADER, *body]) for i in range(len(HEADER))]
-        for i, line in enumerate([HEADER, *body]):
-            left = line[0].ljust(widths[0])
-            print(
-                "  ".join([left] + [c.rjust(w) for c, w in zip(line[1:], widths[1:], strict=True)])
-            )
-            if i == 0:
-                print("  ".join("-" * w for w in widths))
-        return
-    table = Table(*HEADER, box=box.SIMPLE_HEAD)
-    for column in table.columns[1:]:
-        column.justify = "right"
-    for line in body:
-        table.add_row(*line)
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)
-    console.print(table)
-
-
-# -- the FMA peak ------------------------------------------------------------------------
-
-
-def clock() -> tuple[float, str]:
-    """(GHz, where it came from)."""
-    path = pathlib.Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
-    try:
-        return int(path.read_text()) / 1e6, "sysfs cpuinfo_max_freq"
-    except (OSError, ValueError):
-        pass
-    note = f"assumed {ASSUMED_GHZ} GHz: sysfs gives no cpufreq maximum"
-    current = cpuinfo_mhz()
-    if current:
-        note += (
-            f"; /proc/cpuinfo's {current:.0f} MHz is the current (in a VM the nominal) "
-            "clock, not the boost clock an FMA loop runs at"
-        )
-    return ASSUMED_GHZ, note + "; override with --clock-ghz"
-
-
-def cpuinfo_mhz() -> float | None:
-    try:
-        text = pathlib.Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return None
-    found = re.search(r"^cpu MHz\s*:\s*([\d.]+)", text, re.M)
-    return float(found[1]) if found else None
-
-
-def peak_per_core(ghz: float) -> tuple[float, str]:
-    """fp32 GFLOP/s of one core, and how it was computed."""
-    sys.path.insert(0, str(ROOT))
-    from polyonnx.emit.target import host_target
-
-    target = host_target()
-    lanes = DATAPATH_BITS.get(target.name, target.vector_bits) // 32
-    peak = FMA_PIPES * lanes * 2 * ghz
-    how = (
-        f"{target.name}, {target.vector_bits}-bit vectors: {FMA_PIPES} FMA pipes x {lanes} "
-        f"fp32 lanes x 2 flops x {ghz:.2f} GHz = {peak:.1f} GFLOP/s per core"
-    )
-    return peak, how
-
-
 # -- main --------------------------------------------------------------------------------
 
 
@@ -267,6 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     data = json.loads(args.json.read_text())
     rows = table_rows(data["benchmarks"])
     ghz, source = (args.clock_ghz, "--clock-ghz") if args.clock_ghz else clock()
+    if not args.clock_ghz and source.startswith("assumed"):
+        source += "; override with --clock-ghz"
     peak, how = peak_per_core(ghz)
 
     print()
@@ -282,24 +99,13 @@ def main(argv: list[str] | None = None) -> None:
     if blas:
         print(f"numpy's OpenBLAS threads set by: {', '.join(sorted(blas))}")
     if args.run and os.environ.get("POLYONNX_BENCH_FULL") != "1":
-        print("quick suite (POLYONNX_BENCH_FULL=1 adds MatMul 2048 and 4096x64x4096)")
+        print("default suite (POLYONNX_BENCH_FULL=1 adds MatMul 2048 and 4096x64x4096)")
     if elapsed is not None:
         print(f"suite wall time: {elapsed / 60:.1f} min")
     if others is not None:
         share = f"{others:.0f} CPU-seconds ({100 * others / elapsed:.0f}% of one core)"
         print(f"other processes (or the hypervisor) used {share} during the run", end="")
         print(": 2-thread figures are not trustworthy" if others > 0.1 * elapsed else "")
-
-
-def fastest(rows: list[Row]) -> tuple[float, str, Row | None]:
-    """(GFLOP/s per core, implementation, row) of the fastest contraction measured."""
-    rates = [
-        (row.flops / t / 1e9 / row.threads, impl, row)
-        for row in rows
-        if row.flops
-        for impl, t in row.medians.items()
-    ]
-    return max(rates, key=lambda rate: rate[0], default=(0.0, "", None))
 
 
 if __name__ == "__main__":
