@@ -3,7 +3,7 @@ number to quote is a ratio. Run: python -m pytest perf --benchmark-only.
 
 Unless given on the command line, a benchmark runs at least 3 rounds for about 0.5 s
 (pytest-benchmark's defaults are 5 rounds, 1 s): the default suite stays under ten minutes.
-``--quick`` keeps a subset that runs in about two minutes: every kernel family and a few
+``--quick`` keeps a subset that runs in about 1.5 minutes: every kernel family, ResNet-50 and
 small models, each with its baselines (``QUICK_CASES``). ``POLYONNX_BENCH_FULL=1`` adds the
 slow cases; ``python perf/report.py --run`` runs the suite and prints one table of ratios;
 ``polyonnx bench`` runs it into a history for ``polyonnx dashboard``.
@@ -35,8 +35,9 @@ QUICK_CASES = {
     "attention-12x128x64x128", "conv-7x7s2-3to64-224", "conv-3x3-64to64-56",
     "conv-1x1-64to256-56", "conv-3x3s2-128to128-56", "dwconv-3x3-32-112",
     "eltwise-chain-64x1024", "softmax-512x1024", "layernorm-512x768",
-    # test_models: the small models (the big CNNs take 5 to 20 s each to compile)
-    "squeezenet", "mlp", "mm_bias_relu",
+    # test_models: ResNet-50 and the small models (the other CNNs take 5 to 20 s each to
+    # compile)
+    "resnet50", "squeezenet", "mlp", "mm_bias_relu",
 }  # fmt: skip
 QUICK_FILES = {"test_mlp.py", "test_schedule_tutorial.py"}
 """Kept whole by --quick: they are small."""
