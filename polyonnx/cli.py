@@ -1,9 +1,11 @@
 """The ``polyonnx`` command.
 
 polyonnx run MODEL [--input NAME=FILE.npy ...] [--shape NAME=1,3,224,224 ...]
-                   [--compare-ort] [--repeat N] [--threads N]
+                   [--compare-ort] [--repeat N] [--threads N] [--db PATH] [--no-tuning]
 polyonnx show MODEL [--kernel NAME] [--llvm] [--shape NAME=...]
 polyonnx profile MODEL [--threads N] [--runs R] [--top K] [--input ...] [--shape ...]
+polyonnx tune MODEL [--budget 10m] [--trials N] [--db PATH] [--threads N] [--jobs N]
+polyonnx tune export|import ...                       (polyonnx/tune/cli.py)
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--repeat", type=int, default=20, help="timed runs (median reported)")
     run.add_argument("--threads", type=int, default=None)
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument(
+        "--db", help="tuning records to use (default: polyonnx-tuning.db next to the model)"
+    )
+    run.add_argument("--no-tuning", action="store_true", help="default schedules only")
     run.set_defaults(handler=cmd_run)
 
     show = sub.add_parser("show", help="print kernels: isl domains, accesses and loop nests")
@@ -70,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     profile.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
     profile.add_argument("--seed", type=int, default=0)
     profile.set_defaults(handler=cmd_profile)
+
+    from polyonnx.tune.cli import add_commands as add_tune_commands
+
+    add_tune_commands(sub)
     return parser
 
 
@@ -80,9 +90,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from polyonnx.runtime.session import InferenceSession
 
     start = time.perf_counter()
-    session = InferenceSession(args.model, threads=args.threads)
+    session = InferenceSession(args.model, threads=args.threads, tuning_db=_tuning_db(args))
     feed = _inputs(session, args)
-    session.compiled_for(session.validate(feed))
+    compiled = session.compiled_for(session.validate(feed))
     compile_s = time.perf_counter() - start
     outputs = session.run(None, feed)
     names = [o.name for o in session.get_outputs()]
@@ -91,6 +101,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     print(f"model    {args.model}")
     print(f"compile  {compile_s * 1e3:.1f} ms")
+    if compiled.tuned:
+        print(f"tuned    {len(compiled.tuned)} of {len(compiled.schedules)} kernels from records")
+    for reason in session.records.skipped if session.records else ():
+        print(f"records skipped: {reason}")
     for name, array in feed.items():
         print(f"input    {name}: {array.dtype} {list(array.shape)}")
     for i, (name, array) in enumerate(zip(names, outputs, strict=True)):
@@ -104,6 +118,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         ort_latency = _median_latency(rerun, args.repeat)
         print(f"onnxruntime latency  {ort_latency * 1e3:.3f} ms (median of {args.repeat})")
     return 0
+
+
+def _tuning_db(args: argparse.Namespace):
+    """The records ``run`` uses: --db, else the database ``polyonnx tune`` writes next to
+    the model (if there is one); False with --no-tuning."""
+    if args.no_tuning:
+        return False
+    if args.db:
+        return args.db
+    from polyonnx.tune.db import default_path
+
+    path = default_path(args.model)
+    return str(path) if path.exists() else None
 
 
 def _inputs(session, args: argparse.Namespace) -> dict[str, np.ndarray]:

@@ -74,10 +74,18 @@ def _has_contraction(kernel: Kernel, program: Program) -> bool:
 
 
 def compile_graph(
-    graph: Graph, target: Target | None = None, *, profile: bool = False
+    graph: Graph, target: Target | None = None, *, profile: bool = False, records=None
 ) -> CompiledModel:
+    """With ``records`` (tune/apply.py's Records), kernels with a tuning record that beat
+    the default get its schedule (host targets only)."""
     program = optimize(lower(graph))
-    return compile_program(program, default_schedules(program, target), target, profile=profile)
+    if records is None or target is not None:
+        schedules, used = default_schedules(program, target), {}
+    else:
+        schedules, used = records.schedules(program)
+    compiled = compile_program(program, schedules, target, profile=profile)
+    compiled.tuned = tuple(used)
+    return compiled
 
 
 def compile_program(
@@ -135,6 +143,8 @@ class CompiledModel:
     """Per kernel, the LLVM function it runs (identical kernels share one)."""
     profiling: bool = False
     """Built with per-kernel timers (see :meth:`kernel_profile`)."""
+    tuned: tuple[str, ...] = ()
+    """The kernels whose schedules came from tuning records."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:

@@ -53,6 +53,15 @@ def node_arg(value: Value) -> NodeArg:
     return NodeArg(value.name, shape, f"tensor({ORT_TYPES.get(value.dtype, value.dtype)})")
 
 
+def _records(tuning_db, threads: int):
+    """Tuning records for the session (None: none, with ``tuning_db=False``)."""
+    if tuning_db is False:
+        return None
+    from polyonnx.tune.apply import Records
+
+    return Records.load(threads, None if tuning_db in (None, True) else tuning_db)
+
+
 def _made_up(dim: Dim) -> bool:
     return isinstance(dim, str) and (dim.startswith("?") or dim.startswith("unk__"))
 
@@ -65,8 +74,12 @@ class InferenceSession:
         *,
         target: Target | None = None,
         profile: bool = False,
+        tuning_db: str | os.PathLike | bool | None = None,
     ):
-        """``profile``: time every kernel call (see :meth:`kernel_profile`)."""
+        """``profile``: time every kernel call (see :meth:`kernel_profile`).
+        ``tuning_db``: a database of ``polyonnx tune`` whose best records (measured on this
+        machine, faster than the default) schedule their kernels; the records shipped with
+        polyonnx for this CPU apply too unless ``tuning_db=False``."""
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         self.threads = threads or os.cpu_count() or 1
@@ -74,6 +87,7 @@ class InferenceSession:
         self._inputs: dict[str, tuple[Value, np.dtype]] | None = None
         self.profiling = bool(profile)
         self._compiled: dict[tuple, CompiledModel] = {}
+        self.records = _records(tuning_db, self.threads)
         self._last: CompiledModel | None = None
         """The specialisation that ran last (whose profile ``kernel_profile`` reads)."""
         self._value_inputs: list[str] = []
@@ -89,7 +103,9 @@ class InferenceSession:
         self.graph: Graph = load_graph(self._model, supported_ops=supported_ops())
         if self.graph.is_static:
             try:
-                compiled = compile_graph(self.graph, target, profile=self.profiling)
+                compiled = compile_graph(
+                    self.graph, target, profile=self.profiling, records=self.records
+                )
                 self._compiled[self._key({})] = compiled
                 self._compiled[self._key({})].set_threads(self.threads)
             except ValueRequiredError as exc:
@@ -132,7 +148,9 @@ class InferenceSession:
                 self._model, supported_ops=supported_ops(), input_shapes=shapes, input_values=values
             )
             try:
-                self._compiled[key] = compile_graph(graph, self._target, profile=self.profiling)
+                self._compiled[key] = compile_graph(
+                    graph, self._target, profile=self.profiling, records=self.records
+                )
                 self._compiled[key].set_threads(self.threads)
             except ValueRequiredError as exc:
                 if set(exc.inputs) <= set(self._value_inputs):

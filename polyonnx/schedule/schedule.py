@@ -26,6 +26,7 @@ from polyonnx.emit.target import host_target
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel
 from polyonnx.schedule import annotate, fuse, gemm
+from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.legality import broken_order
 from polyonnx.schedule.pack import pack as pack_buffer
@@ -150,6 +151,16 @@ class Schedule:
         state = gemm.ukernel_state(self.state, self.buffers, params, host_target().lanes(4))
         self._commit(state, "ukernel", "", {"params": dict(params)})
 
+    def default(self) -> None:
+        """Start over from the default heuristic's schedule (what an unscheduled kernel
+        gets: packed GEMM, row fusion, stencil or plain nests, with their threads), so
+        that later steps refine it. The tuner's candidates for kernels that are not GEMMs
+        begin with this step."""
+        chosen = default_schedule(self.kernel, self.buffers, host_target().lanes(4))
+        if chosen.state is None:
+            raise ScheduleError(f"default(): kernel {self.kernel.name!r} has no default state")
+        self._commit(chosen.state, "default", "", {})
+
     def pack(self, buffer: str, at: LoopArg) -> None:
         """Copy the region of ``buffer`` that the loops inside ``at`` read into a contiguous
         scratch buffer, once per iteration of ``at``, and read it from there."""
@@ -210,6 +221,8 @@ class Schedule:
                 self.compute_at(args["name"], args["loop"])
             elif primitive == "ukernel":
                 self.ukernel(**args["params"])
+            elif primitive == "default":
+                self.default()
             elif primitive in ("vectorize", "parallel"):
                 getattr(self, primitive)(args["loop"])
             else:

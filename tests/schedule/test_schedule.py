@@ -136,6 +136,20 @@ def test_odd_matmul_split_reorder_vectorize_unroll_and_replay():
     np.testing.assert_array_equal(again, got)
 
 
+def test_default_starts_from_the_heuristic_and_later_steps_refine_it():
+    model, x, want = _odd_matmul()
+    prog = po.load(model)
+    s = prog.schedule("mm")
+    s.default()
+    assert "ukernel" in str(s)  # the default of a GEMM: the packed micro-kernel
+    (got,) = po.InferenceSession(prog).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    fresh = po.load(model)
+    fresh.apply(prog.trace)
+    assert prog.trace == [{"kernel": "mm", "primitive": "default", "args": {}}]
+    assert str(fresh.schedule("mm")) == str(s)
+
+
 def test_parallel_on_the_reduction_loop_is_refused_with_a_reason():
     model, _, _ = _odd_matmul()
     s = po.load(model).schedule("mm")

@@ -1,0 +1,115 @@
+"""Tuning records in use: each kernel whose task has a record that beat the default gets
+the record's schedule; every other kernel keeps the default heuristic's.
+
+    records = Records.load(threads=2, db="polyonnx-tuning.db")   # + the shipped records
+    schedules, used = records.schedules(program)
+
+Records come from a tuning database and from the records shipped with polyonnx for this
+CPU (tuning/, installed as polyonnx.tuning). Only records measured under this machine's
+key (CPU, features, polyonnx and LLVM versions, thread count) apply; ``skipped`` says
+which others there were, and why they were not used.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib import resources
+
+from polyonnx.errors import ScheduleError
+from polyonnx.krnl.ir import Program
+from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.tree import KernelSchedule
+from polyonnx.tune.db import Database, Key, Trial
+from polyonnx.tune.runner import kernel_schedule
+from polyonnx.tune.tasks import structural_hash
+
+MARGIN = 0.97
+"""A record applies only when its median is below this fraction of the default's: a
+smaller gain is within the noise of one measurement."""
+
+
+@dataclass
+class Records:
+    key: Key
+    databases: list[Database] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def load(threads: int, db: str | os.PathLike | None = None, shipped: bool = True) -> Records:
+        records = Records(Key.host(threads))
+        if db is not None:
+            records.databases.append(Database(db, create=False))
+        if shipped:
+            records.databases.extend(_shipped())
+        return records
+
+    def best(self, tasks: Iterable[str]) -> dict[str, Trial]:
+        """Per task, the fastest record that beats its default by the margin."""
+        tasks = list(tasks)
+        found: dict[str, Trial] = {}
+        for db in self.databases:
+            best, skipped = db.lookup(tasks, self.key)
+            self.skipped += [f"{reason} ({_source(db)})" for reason in skipped]
+            for task, trial in best.items():
+                default = db.default(task, self.key)
+                if default is None or trial.median_s >= MARGIN * default.median_s:
+                    continue
+                if task not in found:  # the user's database comes first
+                    found[task] = trial
+        return found
+
+    def schedules(self, program: Program) -> tuple[list[KernelSchedule], dict[str, Trial]]:
+        """Each kernel's schedule, and the records used (by kernel name)."""
+        if not self.databases:
+            return [default_schedule(k, program.buffers) for k in program.kernels], {}
+        hashes = {k.name: structural_hash(k, program) for k in program.kernels}
+        best = self.best(set(hashes.values()))
+        schedules, used = [], {}
+        for kernel in program.kernels:
+            trial = best.get(hashes[kernel.name])
+            if trial is not None:
+                try:
+                    schedules.append(kernel_schedule(program, kernel.name, trial.trace))
+                    used[kernel.name] = trial
+                    continue
+                except ScheduleError as exc:
+                    self.skipped.append(f"record for {kernel.name} no longer applies: {exc}")
+            schedules.append(default_schedule(kernel, program.buffers))
+        return schedules, used
+
+    def close(self) -> None:
+        """Close the databases this object opened (the shipped records stay loaded)."""
+        for db in self.databases:
+            if db not in (_SHIPPED or []):
+                db.close()
+
+
+def _source(db: Database) -> str:
+    return "shipped records" if str(db.path) == ":memory:" else str(db.path)
+
+
+def shipped_files() -> list[pathlib.Path]:
+    """The JSON-lines files of records that come with polyonnx."""
+    try:
+        folder = resources.files("polyonnx.tuning")
+    except ModuleNotFoundError:
+        return []
+    return sorted(pathlib.Path(str(f)) for f in folder.iterdir() if str(f).endswith(".jsonl"))
+
+
+_SHIPPED: list[Database] | None = None
+
+
+def _shipped() -> list[Database]:
+    """The shipped records, read once per process into an in-memory database."""
+    global _SHIPPED
+    if _SHIPPED is None:
+        db = Database(":memory:")
+        for path in shipped_files():
+            with open(path) as src:
+                db.import_jsonl(src)
+        _SHIPPED = [db] if len(db) else []
+    return _SHIPPED

@@ -1,0 +1,220 @@
+"""``polyonnx tune``: the command line of the tuner.
+
+    polyonnx tune MODEL [--budget 10m] [--trials N] [--db PATH] [--threads N] [--jobs N]
+    polyonnx tune export [MODEL | --db PATH] [-o FILE.jsonl]
+    polyonnx tune import FILE.jsonl [--db PATH]
+
+A live table shows trials done, failures and the best speed-up so far per task; the
+session ends with one table per task and the model's latency: default, tuned and
+onnxruntime's, measured in the same run. Every trial is committed to the database as it
+finishes: run the same command again to continue (a database that exists is resumed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from polyonnx.errors import PolyonnxError
+from polyonnx.tune.db import Database, default_path
+from polyonnx.tune.session import Options, Result, TaskProgress, tune
+
+SHOWN_TASKS = 10
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "tune",
+        help="search faster schedules for a model's kernels and keep them in a database",
+        description="polyonnx tune MODEL | polyonnx tune export [MODEL] | polyonnx tune "
+        "import FILE (see the options)",
+    )
+    parser.add_argument("model", help="the .onnx model, or 'export' / 'import'")
+    parser.add_argument("file", nargs="?", help="export: the model; import: the .jsonl file")
+    parser.add_argument("--budget", default="10m", help="time budget: 90s, 10m, 1h (10m)")
+    parser.add_argument("--trials", type=int, default=None, help="stop after N trials")
+    parser.add_argument(
+        "--db", default=None, help="the tuning database (polyonnx-tuning.db next to the model)"
+    )
+    parser.add_argument("--threads", type=int, default=0, help="threads to tune for (all cores)")
+    parser.add_argument("--jobs", type=int, default=1, help="candidates built and timed at once")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate")
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    parser.add_argument("--no-ort", action="store_true", help="do not time onnxruntime")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("-o", "--output", help="export: write here instead of stdout")
+    parser.set_defaults(handler=cmd_tune)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    if args.model == "export":
+        return _export(args)
+    if args.model == "import":
+        return _import(args)
+    if not os.path.exists(args.model):
+        raise FileNotFoundError(f"no model file {args.model!r}")
+    options = Options(
+        budget_s=parse_budget(args.budget),
+        trials=args.trials,
+        threads=args.threads,
+        jobs=args.jobs,
+        db=args.db,
+        shapes=_shapes(args.shape) or None,
+        timeout_s=args.timeout,
+        seed=args.seed,
+        compare_ort=not args.no_ort,
+        fault=os.environ.get("POLYONNX_TUNE_FAULT", ""),
+    )
+    console = Console()
+    if not console.is_terminal:  # a log file or a pipe: tables at full width
+        console = Console(width=max(console.width, 132))
+    db = options.db or str(default_path(args.model))
+    resumed = " (resuming)" if os.path.exists(db) else ""
+    console.print(f"tuning {args.model} for {args.budget} into {db}{resumed}")
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"), console=console,
+    )  # fmt: skip
+    bar = progress.add_task("trials", total=options.budget_s, status="profiling the model")
+    with Live(Group(progress), console=console, refresh_per_second=4, transient=True) as live:
+
+        def on_trial(task: TaskProgress, trial, result: Result) -> None:
+            progress.update(
+                bar,
+                completed=min(progress.tasks[0].elapsed or 0.0, options.budget_s),
+                status=f"{result.trials} trials, {result.failures} failed",
+            )
+            live.update(Group(progress, _live_table(result)))
+
+        try:
+            result = tune(args.model, options, on_trial)
+        except KeyboardInterrupt:
+            live.stop()
+            console.print(
+                f"interrupted: every finished trial is in {db}; run the same command to resume"
+            )
+            return 130
+    report(result, console)
+    return 0
+
+
+def parse_budget(text: str) -> float:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|)\s*", text)
+    if not match:
+        raise PolyonnxError(f"--budget takes a time like 90s, 10m or 1h, got {text!r}")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def _shapes(items: list[str]) -> dict[str, list[int]]:
+    shapes = {}
+    for item in items:
+        name, sep, dims = item.partition("=")
+        if not sep:
+            raise PolyonnxError(f"--shape takes NAME=D0,D1,..., got {item!r}")
+        shapes[name] = [int(d) for d in dims.split(",") if d]
+    return shapes
+
+
+def _ms(seconds: float | None) -> str:
+    return f"{seconds * 1e3:.3f}" if seconds else "-"
+
+
+def _speedup(task: TaskProgress) -> str:
+    return f"{task.speedup:.2f}x" if task.speedup else "-"
+
+
+def _live_table(result: Result) -> Table:
+    table = Table(title="largest tasks: best so far", title_justify="left")
+    for column in (
+        "kernel",
+        "op",
+        "share",
+        "default ms",
+        "best ms",
+        "speed-up",
+        "trials",
+        "failed",
+    ):
+        table.add_column(column, justify="left" if column in ("kernel", "op") else "right")
+    for task in [t for t in result.tasks if t.search is not None][:SHOWN_TASKS]:
+        table.add_row(
+            task.task.name, task.task.op_type, f"{task.share:.1%}", _ms(task.default_s),
+            _ms(task.best_s), _speedup(task), str(task.trials), str(task.failures),
+        )  # fmt: skip
+    return table
+
+
+def report(result: Result, console: Console) -> None:
+    """The session's tables: per task, then the model's latency."""
+    table = Table(title=f"tuning {result.model}", title_justify="left")
+    columns = ("kernel", "op", "kernels", "share", "default ms", "tuned ms", "speed-up",
+               "trials", "failed", "spent s")  # fmt: skip
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("kernel", "op") else "right")
+    for task in result.tasks:
+        if task.search is None:
+            continue
+        tuned = task.best_s if task.applied else task.default_s
+        speedup = f"{task.default_s / tuned:.2f}x" if task.default_s and tuned else "-"
+        table.add_row(
+            task.task.name, task.task.op_type, str(len(task.task.kernels)), f"{task.share:.1%}",
+            _ms(task.default_s), _ms(tuned), speedup, str(task.session_trials),
+            str(task.failures), f"{task.spent_s:.1f}",
+        )  # fmt: skip
+    console.print(table)
+    small = [t for t in result.tasks if t.search is None]
+    if small:
+        share = sum(t.share for t in small)
+        console.print(f"not tuned: {len(small)} small tasks, {share:.1%} of the time in all")
+    console.print(
+        f"{result.trials} trials this session ({result.failures} failed), {result.resumed} "
+        f"from earlier sessions not measured again; stopped on: {result.stopped}; "
+        f"{result.elapsed_s:.0f} s"
+    )
+    if result.failures:
+        console.print("failed trials are in the database with their reasons")
+    latency = result.latency
+    if latency:
+        default, tuned = latency["default"], latency["tuned"]
+        line = (
+            f"model latency (median, {result.key.threads} threads): default {_ms(default)} ms, "
+            f"tuned {_ms(tuned)} ms ({default / tuned:.2f}x)"
+        )
+        if "onnxruntime" in latency:
+            ort = latency["onnxruntime"]
+            line += f", onnxruntime {_ms(ort)} ms (tuned / onnxruntime {tuned / ort:.2f})"
+        console.print(line)
+        console.print(f"{result.applied} kernels run tuned schedules; records in {result.db}")
+    for reason in result.skipped:
+        console.print(f"records skipped: {reason}")
+
+
+def _export(args: argparse.Namespace) -> int:
+    path = args.db or (str(default_path(args.file)) if args.file else None)
+    if path is None:
+        raise PolyonnxError("tune export needs --db PATH or the model whose database to export")
+    with Database(path, create=False) as db:
+        if args.output:
+            with open(args.output, "w") as out:
+                count = db.export_jsonl(out)
+        else:
+            count = db.export_jsonl(sys.stdout)
+    print(f"exported {count} trials from {path}", file=sys.stderr)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    if not args.file:
+        raise PolyonnxError("tune import needs the .jsonl file to read")
+    path = args.db or "polyonnx-tuning.db"
+    with Database(path) as db, open(args.file) as src:
+        added, present = db.import_jsonl(src)
+    print(f"imported {added} trials into {path} ({present} were already there)")
+    return 0

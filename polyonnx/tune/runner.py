@@ -1,0 +1,151 @@
+"""Build one candidate (a kernel and a schedule trace), check it, time it — in this process.
+
+The measurement workers (tune/worker.py) call :func:`measure` for each job; nothing here
+guards against a candidate that crashes the process: that is the worker's parent's job.
+
+    result = measure(program, "conv1", trace, threads=2)   # Measurement(status, median_s, ...)
+
+The candidate's outputs are compared with the default schedule's on the same random
+inputs (seeded by the kernel's name, so every worker draws the same). Times come from the
+native per-kernel clock of a profiling build, so Python's call overhead is not in them.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from polyonnx.errors import PolyonnxError, ScheduleError
+from polyonnx.krnl.ir import Program
+from polyonnx.runtime.compiled import CompiledModel, compile_program
+from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.schedule import Schedule
+from polyonnx.schedule.tree import KernelSchedule
+from polyonnx.tune.tasks import kernel_program, rename_trace
+
+MIN_SECONDS = 0.05
+"""Keep timing until the repeats add up to this much kernel time ..."""
+MIN_REPEATS = 5
+MAX_REPEATS = 400
+"""... with at least and at most this many repeats (after one warm-up run)."""
+RTOL = 1e-3
+"""A candidate's outputs may differ from the default's by this much relative to the
+largest magnitude of the default's output (sums in another order round differently)."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    status: str
+    """"ok" or "failed"."""
+    reason: str | None = None
+    median_s: float | None = None
+    spread_s: float | None = None
+    """Interquartile range of the repeats."""
+    repeats: int = 0
+    compile_s: float = 0.0
+    wall_s: float = 0.0
+    """From the job's start in a worker to its result (tune/measure.py sets it)."""
+
+
+def kernel_schedule(program: Program, kernel_name: str, trace: Sequence[Mapping]) -> KernelSchedule:
+    """The kernel's schedule after replaying ``trace`` on it; [] is the default."""
+    kernel = program.kernel(kernel_name)
+    if not trace:
+        return default_schedule(kernel, program.buffers)
+    schedule = Schedule(kernel, program.buffers)
+    schedule.apply(rename_trace(trace, kernel_name))
+    scratch = schedule.state.scratch
+    if scratch:
+        raise ScheduleError("tuning traces may not add scratch buffers (pack)")
+    return schedule.kernel_schedule()
+
+
+class Bench:
+    """One kernel of a program, compiled under different schedules and timed on fixed
+    random inputs; the default schedule's outputs are the reference."""
+
+    def __init__(self, program: Program, kernel_name: str, threads: int):
+        self.kernel = program.kernel(kernel_name)
+        self.program = kernel_program(program, self.kernel)
+        self.threads = threads
+        rng = np.random.default_rng(zlib.crc32(kernel_name.encode()))
+        self.inputs = {n: _random(rng, self.program.buffers[n]) for n in self.program.inputs}
+        self._reference: dict[str, np.ndarray] | None = None
+
+    def reference(self) -> dict[str, np.ndarray]:
+        if self._reference is None:
+            compiled = self.compile(())
+            self._reference = compiled.run(self.inputs)
+        return self._reference
+
+    def compile(self, trace: Sequence[Mapping]) -> CompiledModel:
+        schedule = kernel_schedule(self.program, self.kernel.name, trace)
+        compiled = compile_program(self.program, [schedule], profile=True)
+        compiled.set_threads(self.threads)
+        return compiled
+
+    def measure(self, trace: Sequence[Mapping], min_seconds: float = MIN_SECONDS) -> Measurement:
+        start = time.perf_counter()
+        try:
+            compiled = self.compile(trace)
+        except ScheduleError as exc:
+            return Measurement("failed", f"illegal: {exc}")
+        except PolyonnxError as exc:
+            return Measurement("failed", f"compile error: {exc}")
+        compile_s = time.perf_counter() - start
+        outputs = compiled.run(self.inputs)
+        wrong = compare(outputs, self.reference()) if trace else None
+        if wrong:
+            return Measurement("failed", f"wrong answer: {wrong}", compile_s=compile_s)
+        times = time_runs(compiled, self.inputs, min_seconds)
+        q1, median, q3 = np.percentile(times, [25, 50, 75])
+        return Measurement("ok", None, float(median), float(q3 - q1), len(times), compile_s)
+
+
+def time_runs(compiled: CompiledModel, inputs, min_seconds: float) -> list[float]:
+    """Seconds of the kernel per run, by its native clock."""
+    times: list[float] = []
+    while len(times) < MAX_REPEATS and (len(times) < MIN_REPEATS or sum(times) < min_seconds):
+        compiled.reset_profile()
+        compiled.run(inputs)
+        times.append(compiled.kernel_profile()[0].seconds)
+    return times
+
+
+def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> str | None:
+    """Why ``outputs`` are not ``reference`` (None when they match)."""
+    for name, want in reference.items():
+        got = outputs[name]
+        if got.dtype.kind not in "fc":
+            if not np.array_equal(got, want):
+                bad = np.argwhere(got != want)[0]
+                return (
+                    f"{name}{list(bad)} is {got[tuple(bad)]}, the default gives {want[tuple(bad)]}"
+                )
+            continue
+        if not np.array_equal(np.isnan(got), np.isnan(want)):
+            return f"{name}: NaN where the default has none (or the other way round)"
+        finite = ~np.isnan(want)
+        scale = float(np.max(np.abs(want[finite]), initial=0.0)) or 1.0
+        error = np.abs(got.astype(np.float64) - want)
+        error[~finite] = 0
+        worst = np.unravel_index(int(np.argmax(error)), error.shape)
+        if error[worst] > RTOL * scale:
+            return (
+                f"{name}{list(worst)} is {got[worst]:.6g}, the default gives {want[worst]:.6g} "
+                f"(error {error[worst]:.3g} > {RTOL:g} x max |output| {scale:.3g})"
+            )
+    return None
+
+
+def _random(rng: np.random.Generator, buffer) -> np.ndarray:
+    dtype = np.dtype(buffer.dtype) if buffer.dtype != "bfloat16" else np.dtype(np.float32)
+    if dtype.kind == "f":
+        return rng.standard_normal(buffer.shape).astype(buffer.dtype)
+    if dtype.kind == "b":
+        return rng.random(buffer.shape) < 0.5
+    return rng.integers(0, 4, buffer.shape).astype(dtype)

@@ -1,0 +1,91 @@
+"""Tuning sessions end to end on a small model: trials committed, resumed without
+re-measuring, crashes recorded, and records applied only when they are this machine's
+and faster than the default."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+from polyonnx.runtime.compiled import lower_model
+from polyonnx.runtime.session import InferenceSession
+from polyonnx.tune.db import Database, Key, Trial, canonical
+from polyonnx.tune.session import Options, tune
+from polyonnx.tune.tasks import model_tasks
+
+QUICK = {"budget_s": 120.0, "eval_s": 0.05, "compare_ort": False, "threads": 2}
+
+
+def test_a_session_commits_every_trial_and_resumes(model_path, tmp_path):
+    db_path = str(tmp_path / "t.db")
+    seen = []
+    first = tune(model_path, Options(trials=10, db=db_path, **QUICK), lambda *a: seen.append(a[1]))
+    assert first.trials == 10 == len(seen)
+    with Database(db_path) as db:
+        assert len(db) == 10
+    tuned = [t for t in first.tasks if t.search is not None]
+    assert {t.task.op_type for t in tuned} >= {"MatMul"}
+    assert all(t.default_s for t in tuned)  # every task's default was measured first
+    assert first.latency["default"] > 0 and first.latency["tuned"] > 0
+
+    second = tune(model_path, Options(trials=6, db=db_path, **QUICK))
+    assert second.resumed == 10 and second.trials == 6
+    with Database(db_path) as db:
+        key = Key.host(2)
+        for task in model_tasks(lower_model(model_path)):
+            traces = [canonical(t.trace) for t in db.trials(task.hash, key)]
+            assert len(traces) == len(set(traces)), "a trace was measured twice"
+            assert collections.Counter(t == "[]" for t in traces)[True] <= 1
+
+
+def test_a_crashing_candidate_is_recorded_and_the_session_goes_on(model_path, tmp_path):
+    db_path = str(tmp_path / "t.db")
+    result = tune(model_path, Options(trials=8, db=db_path, fault="segv:5", **QUICK))
+    assert result.trials == 8 and result.failures >= 1
+    with Database(db_path) as db:
+        key = Key.host(2)
+        failed = [
+            t for task in result.tasks for t in db.trials(task.task.hash, key) if t.status != "ok"
+        ]
+    assert any(t.reason.startswith("crashed: signal SIGSEGV") for t in failed)
+
+
+def _records(db_path: str, model_path: str, key: Key, tuned_s: float) -> str:
+    """A default trial (1 ms) and a made-up tuned one for the MatMul task."""
+    program = lower_model(model_path)
+    task = next(t for t in model_tasks(program) if t.op_type == "MatMul")
+    trace = [{"kernel": "mm1", "primitive": "ukernel", "args": {"params": {"mr": 4}}}]
+    with Database(db_path) as db:
+        for steps, seconds in (([], 1e-3), (trace, tuned_s)):
+            db.add(Trial(task.hash, "MatMul", "mm1", steps, "ok", None, seconds, 0.0, 5, key))
+    return task.hash
+
+
+@pytest.mark.parametrize(("tuned_s", "applied"), [(0.5e-3, True), (0.99e-3, False), (2e-3, False)])
+def test_sessions_use_records_only_when_faster(model_path, tmp_path, tuned_s, applied):
+    db_path = str(tmp_path / "t.db")
+    _records(db_path, model_path, Key.host(2), tuned_s)
+    session = InferenceSession(model_path, threads=2, tuning_db=db_path)
+    compiled = session.compiled_for({})
+    assert set(compiled.tuned) == ({"mm1", "mm2"} if applied else set())
+    feed = {i.name: np.ones(i.shape, np.float32) for i in session.get_inputs()}
+    plain = InferenceSession(model_path, threads=2, tuning_db=False)
+    np.testing.assert_allclose(session.run(None, feed)[0], plain.run(None, feed)[0], rtol=1e-5)
+
+
+def test_records_of_another_cpu_or_version_are_skipped_and_said(model_path, tmp_path):
+    db_path = str(tmp_path / "t.db")
+    host = Key.host(2)
+    _records(
+        db_path, model_path, Key("skylake-avx512", host.features, host.polyonnx, host.llvm, 2), 1e-4
+    )
+    session = InferenceSession(model_path, threads=2, tuning_db=db_path)
+    assert session.compiled_for({}).tuned == ()
+    assert any("skylake-avx512" in reason for reason in session.records.skipped)
+    other = tmp_path / "v.db"
+    _records(str(other), model_path, Key(host.cpu, host.features, "0.0.1", host.llvm, 2), 1e-4)
+    session = InferenceSession(model_path, threads=2, tuning_db=str(other))
+    assert session.compiled_for({}).tuned == ()
+    assert any("polyonnx 0.0.1" in reason for reason in session.records.skipped)
