@@ -27,8 +27,8 @@ from polyonnx.tune.runner import kernel_schedule
 from polyonnx.tune.tasks import structural_hash
 
 MARGIN = 0.97
-"""A record applies only when its median is below this fraction of the default's: a
-smaller gain is within the noise of one measurement."""
+"""A record applies only when its time is below this fraction of the default's (measured
+alongside it, `Trial.ratio`): a smaller gain is within the noise of one measurement."""
 
 
 @dataclass
@@ -55,7 +55,7 @@ class Records:
             self.skipped += [f"{reason} ({_source(db)})" for reason in skipped]
             for task, trial in best.items():
                 default = db.default(task, self.key)
-                if default is None or trial.median_s >= MARGIN * default.median_s:
+                if default is None or trial.ratio(default) >= MARGIN:
                     continue
                 if task not in found:  # the user's database comes first
                     found[task] = trial

@@ -23,6 +23,7 @@ Schema (version `SCHEMA_VERSION`)::
            uid TEXT UNIQUE, task, op_type, kernel,
            trace TEXT,                                -- canonical JSON of the schedule trace
            status, reason, median_s, spread_s, repeats,
+           baseline_s,                                -- the default's median, interleaved
            cpu, features, polyonnx, llvm, threads,    -- the Key
            model, session, created)
     index trials_by_key on trials(task, cpu, features, polyonnx, llvm, threads)
@@ -66,6 +67,7 @@ _SCHEMA = (
         median_s REAL,
         spread_s REAL,
         repeats INTEGER NOT NULL,
+        baseline_s REAL,
         cpu TEXT NOT NULL,
         features TEXT NOT NULL,
         polyonnx TEXT NOT NULL,
@@ -80,9 +82,9 @@ _SCHEMA = (
 
 _COLUMNS = (
     "uid, task, op_type, kernel, trace, status, reason, median_s, spread_s, repeats, "
-    "cpu, features, polyonnx, llvm, threads, model, session, created"
+    "baseline_s, cpu, features, polyonnx, llvm, threads, model, session, created"
 )
-_INSERT = f"INSERT OR IGNORE INTO trials ({_COLUMNS}) VALUES ({', '.join('?' * 18)})"
+_INSERT = f"INSERT OR IGNORE INTO trials ({_COLUMNS}) VALUES ({', '.join('?' * 19)})"
 _KEY_MATCH = "task = ? AND cpu = ? AND features = ? AND polyonnx = ? AND llvm = ? AND threads = ?"
 
 
@@ -143,6 +145,10 @@ class Trial:
     key: Key
     model: str = ""
     session: str = ""
+    baseline_s: float | None = None
+    """The default schedule's median in the same measurement, its runs interleaved with
+    the trial's: the speed-up ``baseline_s / median_s`` does not drift with the machine's
+    load the way two separate measurements do."""
     uid: str = field(default_factory=lambda: uuid4().hex)
     created: float = field(default_factory=time.time)
 
@@ -155,7 +161,7 @@ class Trial:
             raise TuningError(f"trial {self.uid} of task {self.task} failed without a reason")
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 0:
             raise TuningError(f"trial {self.uid}: repeats must be a count, got {self.repeats!r}")
-        for name in ("median_s", "spread_s"):
+        for name in ("median_s", "spread_s", "baseline_s"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise TuningError(f"trial {self.uid}: {name} must be a finite time, got {value}")
@@ -172,6 +178,13 @@ class Trial:
         """Measured with the default heuristic schedule (the empty trace)."""
         return self.trace == []
 
+    def ratio(self, default: Trial) -> float:
+        """This trial's time over the default schedule's: against its own interleaved
+        baseline where it has one, else against ``default``'s separate measurement."""
+        if self.baseline_s:
+            return self.median_s / self.baseline_s
+        return self.median_s / default.median_s
+
     def to_json(self) -> dict:
         """The trial as one JSON object: the export line format."""
         return {
@@ -185,6 +198,7 @@ class Trial:
             "median_s": self.median_s,
             "spread_s": self.spread_s,
             "repeats": self.repeats,
+            "baseline_s": self.baseline_s,
             "key": {
                 "cpu": self.key.cpu,
                 "features": self.key.features,
@@ -216,6 +230,7 @@ class Trial:
                 median_s=obj.get("median_s"),
                 spread_s=obj.get("spread_s"),
                 repeats=_field(obj, "repeats", int),
+                baseline_s=obj.get("baseline_s"),
                 key=Key(
                     _field(key, "cpu", str),
                     _field(key, "features", str),
@@ -367,25 +382,27 @@ class Database:
         return None if row is None else _trial(row)
 
     def best(self, task: str, key: Key) -> Trial | None:
-        """The fastest ok tuned trial, if it beats the default measured under the same key.
+        """The ok tuned trial with the smallest time relative to the default (`Trial.ratio`),
+        if that is below 1.
 
         None when the default schedule was never measured ok under ``key``, or when no tuned
-        trace has a strictly smaller median: only schedules measured faster are ever applied.
-        Ties between tuned trials go to the earlier one.
+        trace is strictly faster: only schedules measured faster are ever applied. Ties go to
+        the earlier trial.
         """
         base = self.default(task, key)
         if base is None:
             return None
         with self._sql() as conn:
-            row = conn.execute(
+            rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM trials WHERE {_KEY_MATCH} "
-                "AND status = 'ok' AND trace != '[]' ORDER BY median_s, id LIMIT 1",
+                "AND status = 'ok' AND trace != '[]' ORDER BY id",
                 _key_params(task, key),
-            ).fetchone()
-        if row is None:
+            ).fetchall()
+        tuned = [_trial(row) for row in rows]
+        if not tuned:
             return None
-        tuned = _trial(row)
-        return tuned if tuned.median_s < base.median_s else None
+        fastest = min(tuned, key=lambda t: t.ratio(base))
+        return fastest if fastest.ratio(base) < 1 else None
 
     def lookup(self, tasks: Iterable[str], key: Key) -> tuple[dict[str, Trial], list[str]]:
         """The best trial of each task where one applies, and why other records were skipped.
@@ -518,6 +535,7 @@ def _row(trial: Trial) -> tuple:
         trial.median_s,
         trial.spread_s,
         trial.repeats,
+        trial.baseline_s,
         k.cpu,
         k.features,
         k.polyonnx,
@@ -531,7 +549,7 @@ def _row(trial: Trial) -> tuple:
 
 def _trial(row: tuple) -> Trial:
     (uid, task, op_type, kernel, trace, status, reason, median, spread, repeats) = row[:10]
-    cpu, features, version, llvm, threads, model, session, created = row[10:]
+    baseline, cpu, features, version, llvm, threads, model, session, created = row[10:]
     return Trial(
         task=task,
         op_type=op_type,
@@ -542,6 +560,7 @@ def _trial(row: tuple) -> Trial:
         median_s=median,
         spread_s=spread,
         repeats=repeats,
+        baseline_s=baseline,
         key=Key(cpu, features, version, llvm, threads),
         model=model,
         session=session,

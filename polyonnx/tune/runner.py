@@ -45,6 +45,9 @@ class Measurement:
     median_s: float | None = None
     spread_s: float | None = None
     """Interquartile range of the repeats."""
+    baseline_s: float | None = None
+    """The default schedule's median, timed in turn with the candidate (one run of each
+    alternately), so that the ratio of the two is immune to the machine's load drifting."""
     repeats: int = 0
     compile_s: float = 0.0
     wall_s: float = 0.0
@@ -75,11 +78,12 @@ class Bench:
         rng = np.random.default_rng(zlib.crc32(kernel_name.encode()))
         self.inputs = {n: _random(rng, self.program.buffers[n]) for n in self.program.inputs}
         self._reference: dict[str, np.ndarray] | None = None
+        self._default: CompiledModel | None = None
 
     def reference(self) -> dict[str, np.ndarray]:
         if self._reference is None:
-            compiled = self.compile(())
-            self._reference = compiled.run(self.inputs)
+            self._default = self.compile(())
+            self._reference = self._default.run(self.inputs)
         return self._reference
 
     def compile(self, trace: Sequence[Mapping]) -> CompiledModel:
@@ -101,19 +105,29 @@ class Bench:
         wrong = compare(outputs, self.reference()) if trace else None
         if wrong:
             return Measurement("failed", f"wrong answer: {wrong}", compile_s=compile_s)
-        times = time_runs(compiled, self.inputs, min_seconds)
+        self.reference()
+        contenders = [compiled, self._default] if trace else [compiled]
+        times, baseline = time_runs(contenders, self.inputs, min_seconds)
         q1, median, q3 = np.percentile(times, [25, 50, 75])
-        return Measurement("ok", None, float(median), float(q3 - q1), len(times), compile_s)
+        return Measurement(
+            "ok", None, float(median), float(q3 - q1), float(np.median(baseline or times)),
+            len(times), compile_s,
+        )  # fmt: skip
 
 
-def time_runs(compiled: CompiledModel, inputs, min_seconds: float) -> list[float]:
-    """Seconds of the kernel per run, by its native clock."""
-    times: list[float] = []
-    while len(times) < MAX_REPEATS and (len(times) < MIN_REPEATS or sum(times) < min_seconds):
-        compiled.reset_profile()
-        compiled.run(inputs)
-        times.append(compiled.kernel_profile()[0].seconds)
-    return times
+def time_runs(
+    contenders: Sequence[CompiledModel], inputs, min_seconds: float
+) -> tuple[list[float], list[float]]:
+    """Seconds of the kernel per run, by its native clock: of the first contender, and of
+    the second (if any), one run of each in turn."""
+    times: list[list[float]] = [[] for _ in contenders]
+    first = times[0]
+    while len(first) < MAX_REPEATS and (len(first) < MIN_REPEATS or sum(first) < min_seconds):
+        for compiled, column in zip(contenders, times, strict=True):
+            compiled.reset_profile()
+            compiled.run(inputs)
+            column.append(compiled.kernel_profile()[0].seconds)
+    return first, (times[1] if len(times) > 1 else [])
 
 
 def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> str | None:

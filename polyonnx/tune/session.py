@@ -65,6 +65,8 @@ class TaskProgress:
     search: TaskSearch | None = None
     default_s: float | None = None
     best_s: float | None = None
+    """The best trial's time on the default's scale: ``default_s`` times its ratio to the
+    default schedule measured alongside it."""
     best_trace: list[dict] = field(default_factory=list)
     trials: int = 0
     """Trials of this task in the database (this session and before)."""
@@ -75,6 +77,11 @@ class TaskProgress:
     note: str = ""
     applied: bool = False
     """The tuned model runs the best record (it beat the default by the margin)."""
+
+    def consider(self, trace: list[dict], seconds: float | None) -> None:
+        """Keep ``trace`` as the best if it is faster (on the default's scale)."""
+        if seconds is not None and (self.best_s is None or seconds < self.best_s):
+            self.best_s, self.best_trace = seconds, trace
 
     @property
     def speedup(self) -> float | None:
@@ -180,20 +187,23 @@ def _prepare(progress, program, db, key, threads, options, result) -> None:
         progress.note = f"not tuned: {exc}"
         return
     progress.search = TaskSearch(progress.space, options.seed)
+    default = db.default(progress.task.hash, key)
+    progress.default_s = default.median_s if default else None
+    tuned = []
     for trial in db.trials(progress.task.hash, key):
         progress.trials += 1
         result.resumed += 1
         progress.failures += trial.status != "ok"
         if trial.is_default:
-            if trial.status == "ok":
-                progress.default_s = trial.median_s
-            progress.search.record(trial.trace, trial.median_s, default=True)
+            progress.search.record([], trial.median_s, default=True)
             continue
-        progress.search.record(trial.trace, trial.median_s if trial.status == "ok" else None)
-        if trial.status == "ok" and (progress.best_s is None or trial.median_s < progress.best_s):
-            progress.best_s, progress.best_trace = trial.median_s, trial.trace
-    if progress.default_s and (progress.best_s is None or progress.best_s > progress.default_s):
-        progress.best_s, progress.best_trace = progress.default_s, []
+        tuned.append(trial)
+    for trial in tuned:
+        ok = trial.status == "ok" and progress.default_s is not None
+        seconds = progress.default_s * trial.ratio(default) if ok else None
+        progress.search.record(trial.trace, seconds)
+        progress.consider(trial.trace, seconds)
+    progress.consider([], progress.default_s)
 
 
 def _lanes() -> int:
@@ -264,6 +274,7 @@ class _Runner:
             median_s=measurement.median_s,
             spread_s=measurement.spread_s,
             repeats=measurement.repeats,
+            baseline_s=measurement.baseline_s,
             key=self.key,
             model=os.path.basename(self.model),
             session=self.session,
@@ -279,12 +290,13 @@ class _Runner:
         if not trace:
             progress.default_s = measurement.median_s
             progress.search.record(trace, measurement.median_s, default=True)
-            if ok and progress.best_s is None:
-                progress.best_s, progress.best_trace = measurement.median_s, []
+            progress.consider([], measurement.median_s)
         else:
-            progress.search.record(trace, measurement.median_s if ok else None)
-            if ok and (progress.best_s is None or measurement.median_s < progress.best_s):
-                progress.best_s, progress.best_trace = measurement.median_s, trace
+            seconds = None
+            if ok and progress.default_s and measurement.baseline_s:
+                seconds = progress.default_s * measurement.median_s / measurement.baseline_s
+            progress.search.record(trace, seconds)
+            progress.consider(trace, seconds)
         if self.on_trial is not None:
             self.on_trial(progress, trial, self.result)
 

@@ -52,21 +52,35 @@ def test_a_crashing_candidate_is_recorded_and_the_session_goes_on(model_path, tm
     assert any(t.reason.startswith("crashed: signal SIGSEGV") for t in failed)
 
 
-def _records(db_path: str, model_path: str, key: Key, tuned_s: float) -> str:
+def _records(
+    db_path: str, model_path: str, key: Key, tuned_s: float, baseline_s: float | None = None
+) -> str:
     """A default trial (1 ms) and a made-up tuned one for the MatMul task."""
     program = lower_model(model_path)
     task = next(t for t in model_tasks(program) if t.op_type == "MatMul")
     trace = [{"kernel": "mm1", "primitive": "ukernel", "args": {"params": {"mr": 4}}}]
     with Database(db_path) as db:
-        for steps, seconds in (([], 1e-3), (trace, tuned_s)):
-            db.add(Trial(task.hash, "MatMul", "mm1", steps, "ok", None, seconds, 0.0, 5, key))
+        for steps, seconds, base in (([], 1e-3, 1e-3), (trace, tuned_s, baseline_s)):
+            db.add(
+                Trial(task.hash, "MatMul", "mm1", steps, "ok", None, seconds, 0.0, 5, key,
+                      baseline_s=base)
+            )  # fmt: skip
     return task.hash
 
 
-@pytest.mark.parametrize(("tuned_s", "applied"), [(0.5e-3, True), (0.99e-3, False), (2e-3, False)])
-def test_sessions_use_records_only_when_faster(model_path, tmp_path, tuned_s, applied):
+@pytest.mark.parametrize(
+    ("tuned_s", "baseline_s", "applied"),
+    [
+        (0.5e-3, None, True),
+        (0.99e-3, None, False),  # within the noise margin
+        (2e-3, None, False),
+        (1.2e-3, 2.4e-3, True),  # the machine was slower then: half the default's time
+        (0.5e-3, 0.5e-3, False),  # ... or faster: no gain over the default alongside
+    ],
+)
+def test_sessions_use_records_only_when_faster(model_path, tmp_path, tuned_s, baseline_s, applied):
     db_path = str(tmp_path / "t.db")
-    _records(db_path, model_path, Key.host(2), tuned_s)
+    _records(db_path, model_path, Key.host(2), tuned_s, baseline_s)
     session = InferenceSession(model_path, threads=2, tuning_db=db_path)
     compiled = session.compiled_for({})
     assert set(compiled.tuned) == ({"mm1", "mm2"} if applied else set())
