@@ -47,7 +47,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--suite",
         choices=suite.SUITES,
         default="quick",
-        help="quick (about 2 minutes) or full (everything, with the slow cases); default quick",
+        help="quick (about 1.5 minutes on 2 cores) or full (everything, with the slow "
+        "cases); default quick",
     )
     bench.add_argument(
         "--save", action="store_true", help="save the run (with per-round times) in the history"
@@ -221,10 +222,9 @@ def print_comparison(
 
 def describe_change(change: compare.Change) -> str:
     verdict = change.verdict
-    p = "no per-round data" if verdict.p_value is None else f"p = {verdict.p_value:.2g}"
     text = (
         f"{change.case} {change.threads}t: {seconds(change.before.median)} -> "
-        f"{seconds(change.after.median)} ({verdict.change:+.1%}, {p})"
+        f"{seconds(change.after.median)} ({verdict.change:+.1%}, {verdict.p_text})"
     )
     for impl in BASELINES:
         if impl in change.baselines:

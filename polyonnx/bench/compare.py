@@ -48,8 +48,14 @@ class Verdict:
     def flagged(self) -> bool:
         return self.kind != "noise"
 
+    @property
+    def p_text(self) -> str:
+        if self.p_value is None:
+            return "no per-round data"
+        return "p < 1e-15" if self.p_value < 1e-15 else f"p = {self.p_value:.2g}"
+
     def describe(self) -> str:
-        p = "no per-round data" if self.p_value is None else f"p = {self.p_value:.2g}"
+        p = self.p_text
         against = "the reference run"
         if self.reference_runs > 1:
             against = f"the median of {self.reference_runs} previous runs"
@@ -117,13 +123,17 @@ def compare_runs(
 
 @dataclass(frozen=True)
 class Point:
-    """One run of a series: ``index`` is the run's place among its machine's runs."""
+    """One run of a series: ``index`` is the run's place among its machine's runs;
+    ``baseline_changes``: how each baseline's median moved against the same reference
+    runs as polyonnx's (empty for the first run). A baseline that moved as much as
+    polyonnx points at the machine, not the compiler."""
 
     index: int
     run: Run
     polyonnx: Measurement
     baselines: dict[str, Measurement]
     verdict: Verdict | None
+    baseline_changes: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -184,10 +194,16 @@ def machine_series(
     for key in sorted(found, key=order.__getitem__):
         entries = found[key]
         verdicts = flag([m for _, _, m, _ in entries], threshold, alpha, window)
-        points = tuple(
-            Point(index, run, m, theirs, verdict)
-            for (index, run, m, theirs), verdict in zip(entries, verdicts, strict=True)
-        )
+        points = []
+        for i, ((index, run, m, theirs), verdict) in enumerate(zip(entries, verdicts, strict=True)):
+            reference = entries[i - verdict.reference_runs : i] if verdict else []
+            moved = {}
+            for impl, now in theirs.items():
+                before = [e[3][impl].median for e in reference if impl in e[3]]
+                if before:
+                    moved[impl] = now.median / statistics.median(before) - 1.0
+            points.append(Point(index, run, m, theirs, verdict, moved))
+        points = tuple(points)
         latest = points[-1].polyonnx
         series.append(Series(runs[0].machine, key[0], key[1], latest.flops, points))
     return series

@@ -21,6 +21,7 @@ from polyonnx.bench.compare import machine_series as series_of
 from polyonnx.bench.history import Machine, Run
 from polyonnx.bench.svg import Line, Marker, sparkline, time_plot
 
+FLAGGED_SHOWN = 40
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; color: #1f2328; margin: 0 auto;
        max-width: 1240px; padding: 0 20px 40px; }
@@ -51,6 +52,7 @@ tr.improvement { background: #dafbe1; }
 .plot .improvement .flag-label { fill: #1a7f37; }
 .plot circle:hover { r: 6; }
 nav a { margin-right: 12px; }
+#overview td:first-child { white-space: normal; overflow-wrap: anywhere; max-width: 230px; }
 """
 
 
@@ -164,18 +166,26 @@ def machine_page(
     return body
 
 
-def change_cell(point: Point) -> tuple[str, str]:
-    """(the HTML of a point's change against its reference, the row class)."""
+def baselines_moved(point: Point) -> str:
+    """How the baselines moved against the same reference runs, e.g. "onnxruntime +3.1%"."""
+    return ", ".join(f"{impl} {change:+.1%}" for impl, change in point.baseline_changes.items())
+
+
+def change_cell(point: Point, word: bool = False) -> tuple[str, str]:
+    """(the HTML of a point's change against its reference, the row class); ``word``:
+    say "regression" or "improvement" after the number."""
     verdict = point.verdict
     if verdict is None:
         return '<span class="muted">first run</span>', ""
     text = f"{verdict.change:+.1%}"
-    title = escape(verdict.describe())
+    moved = baselines_moved(point)
+    title = escape(verdict.describe() + (f"; baselines: {moved}" if moved else ""))
     if not verdict.flagged:
         return f'<span class="muted" title="{title}">{text}</span>', ""
     arrow = "▲" if verdict.kind == "regression" else "▼"
     cls = f"{verdict.kind}-text"
-    return f'<span class="{cls}" title="{title}">{arrow} {text} {verdict.kind}</span>', verdict.kind
+    text = f"{arrow} {text}" + (f" {verdict.kind}" if word else "")
+    return f'<span class="{cls}" title="{title}">{text}</span>', verdict.kind
 
 
 def ratio_cell(ours: float, base: float | None) -> str:
@@ -203,17 +213,24 @@ def flagged_section(series: list[Series]) -> list[str]:
     if not events:
         return ["<h2>Flagged changes</h2><p>None: no run changed a benchmark significantly.</p>"]
     rows = []
-    for point, s in events:
-        change, cls = change_cell(point)
+    for point, s in events[:FLAGGED_SHOWN]:
+        change, cls = change_cell(point, word=True)
         rows.append(
             f'<tr class="{cls}"><td><a href="#{slug(s)}">{escape(s.name)}</a></td>'
             f"<td>{change}</td><td>{seconds(point.verdict.before)} → "
             f"{seconds(point.polyonnx.median)}</td>"
-            f"<td>{escape(point.run.label)}</td></tr>"
+            f"<td>{escape(baselines_moved(point)) or '–'}</td>"
+            f'<td title="{escape(point.run.date)} UTC">#{point.run.number} '
+            f"{escape(point.run.short_commit)}</td></tr>"
         )
-    head = "<tr><th>benchmark</th><th>change</th><th>polyonnx</th><th>at run</th></tr>"
+    head = (
+        "<tr><th>benchmark</th><th>change</th><th>polyonnx</th>"
+        '<th title="against the same runs: a baseline that moved as much points at the '
+        'machine">baselines meanwhile</th><th>at run</th></tr>'
+    )
+    shown = f"the {FLAGGED_SHOWN} newest of {len(events)}" if len(events) > FLAGGED_SHOWN else ""
     return [
-        f'<h2>Flagged changes <span class="muted">({len(events)})</span></h2>',
+        f'<h2>Flagged changes <span class="muted">({shown or len(events)})</span></h2>',
         f'<table id="flagged">{head}{"".join(rows)}</table>',
     ]
 
@@ -292,7 +309,10 @@ def panel(series: Series, runs: list[Run]) -> str:
         for p in points
         if p.verdict and p.verdict.flagged
     ]
-    axis = [(run.short_commit, f"run #{run.number}, {run.commit}, {run.date} UTC") for run in runs]
+    axis = [
+        (f"#{run.number} {run.short_commit}", f"run #{run.number}, {run.commit}, {run.date} UTC")
+        for run in runs
+    ]
     latest = points[-1]
     summary = ", ".join(
         [f"polyonnx {seconds(latest.polyonnx.median)}"]

@@ -35,6 +35,12 @@ def test_history_flags_exactly_the_regression_and_the_improvement(tmp_path):
     expected[REGRESSION[:2]] = [(REGRESSION[2], "regression")]
     expected[IMPROVEMENT[:2]] = [(IMPROVEMENT[2], "improvement")]
     assert flags == expected
+    step = next(
+        p for s in machine_series(runs) if (s.case, s.threads) == REGRESSION[:2]
+        for p in s.points if p.verdict and p.verdict.flagged
+    )  # fmt: skip
+    assert set(step.baseline_changes) == {"onnxruntime", "numpy"}
+    assert all(abs(moved) < 0.01 for moved in step.baseline_changes.values())
 
 
 def test_the_wobble_is_significant_but_below_the_threshold(tmp_path):
