@@ -30,6 +30,7 @@ FLAGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--disable-dev-shm-usage",
     "--window-size=1280,1000",
 ]
 
