@@ -35,6 +35,11 @@ def initialize_llvm() -> None:
     llvm.initialize_native_asmprinter()
 
 
+def llvm_version() -> str:
+    """The version of the LLVM that llvmlite links, e.g. "22.1.0"."""
+    return ".".join(str(part) for part in llvm.llvm_version_info)
+
+
 @cache
 def host_target() -> Target:
     """The machine we run on, as llvmlite sees it."""

@@ -115,14 +115,11 @@ class Key:
     @staticmethod
     def host(threads: int) -> Key:
         """This machine, this polyonnx, this LLVM, running on ``threads`` threads."""
-        import llvmlite.binding as llvm  # only for its version; no code is generated here
-
         from polyonnx import __version__
-        from polyonnx.emit.target import host_target
+        from polyonnx.emit.target import host_target, llvm_version
 
         target = host_target()
-        version = ".".join(str(part) for part in llvm.llvm_version_info)
-        return Key(target.name, target.features, __version__, version, threads)
+        return Key(target.name, target.features, __version__, llvm_version(), threads)
 
 
 @dataclass(frozen=True)

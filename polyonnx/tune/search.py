@@ -37,6 +37,7 @@ class TaskSearch:
         self.results: list[tuple[Genome, float]] = []
         """Measured genomes that ran correctly, with their median seconds."""
         self._stale = True
+        self.done = False
 
     def record(self, trace: list[dict], seconds: float | None, default: bool = False) -> None:
         """A finished trial (seconds None: it failed). The default schedule's trial is
@@ -51,7 +52,8 @@ class TaskSearch:
             self._stale = True
 
     def exhausted(self) -> bool:
-        return len(self.tried) >= self.space.size() + 1
+        """Every point measured, or a round found no new one to propose."""
+        return self.done or len(self.tried) >= self.space.size() + 1
 
     def best(self) -> tuple[Genome, float] | None:
         return min(self.results, key=lambda r: r[1]) if self.results else None

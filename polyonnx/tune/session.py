@@ -235,18 +235,19 @@ class _Runner:
                 if t.search is not None and t.default_s is not None and not t.search.exhausted()
             ]  # fmt: skip
             if not open_tasks:
-                return "every task's space measured"
+                return "no new candidates in any task's space"
             batch = []
             for _ in range(max(self.options.jobs, 1)):
                 progress = max(open_tasks, key=lambda t: t.share / (t.trials + len(batch) + 1))
                 size = self.options.batch
                 if self.options.trials is not None:
                     size = min(size, self.options.trials - self.result.trials - len(batch))
-                for genome in progress.search.propose(max(size, 0)):
-                    batch.append((progress, progress.space.trace(genome)))
-            if not batch:
-                return "no new candidates in any task's space"
-            self._run(pool, batch, deadline)
+                proposals = progress.search.propose(max(size, 0))
+                if not proposals and size > 0:
+                    progress.search.done = True  # no new candidate in its space
+                batch += [(progress, progress.space.trace(g)) for g in proposals]
+            if batch:
+                self._run(pool, batch, deadline)
 
     def _run(self, pool: Workers, work: list[tuple[TaskProgress, list[dict]]], deadline) -> None:
         jobs = []
