@@ -6,6 +6,8 @@ polyonnx show MODEL [--kernel NAME] [--llvm] [--shape NAME=...]
 polyonnx profile MODEL [--threads N] [--runs R] [--top K] [--input ...] [--shape ...]
 polyonnx tune MODEL [--budget 10m] [--trials N] [--db PATH] [--threads N] [--jobs N]
 polyonnx tune export|import ...                       (polyonnx/tune/cli.py)
+polyonnx bench [--suite quick|full] [--save] [--compare REF]   (polyonnx/bench/cli.py)
+polyonnx dashboard [--history DIR] [-o DIR]
 """
 
 from __future__ import annotations
@@ -77,9 +79,11 @@ def _parser() -> argparse.ArgumentParser:
     profile.add_argument("--seed", type=int, default=0)
     profile.set_defaults(handler=cmd_profile)
 
+    from polyonnx.bench.cli import add_commands as add_bench_commands
     from polyonnx.tune.cli import add_commands as add_tune_commands
 
     add_tune_commands(sub)
+    add_bench_commands(sub)
     return parser
 
 
