@@ -4,8 +4,7 @@ polyonnx bench [--suite quick|full] [--save] [--history DIR] [--compare REF]
                [--fail-above 5%] [--current RUN] [-k EXPR] [-- PYTEST_ARGS...]
 polyonnx dashboard [--history DIR] [-o DIR] [--threshold 5%]
 
-``polyonnx.cli`` registers them with ``add_commands``; ``python -m polyonnx.bench.cli``
-runs them on their own.
+``polyonnx.cli`` registers them with ``add_commands``.
 """
 
 from __future__ import annotations
@@ -15,12 +14,10 @@ import dataclasses
 import pathlib
 import sys
 import tempfile
-from collections.abc import Sequence
 
 from polyonnx.bench import compare, history, site, suite
 from polyonnx.bench.cases import BASELINES, rows, seconds
 from polyonnx.bench.table import print_table
-from polyonnx.errors import PolyonnxError
 
 DEFAULT_HISTORY = ".benchmarks"
 
@@ -53,12 +50,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "--save", action="store_true", help="save the run (with per-round times) in the history"
     )
-    bench.add_argument(
-        "--history",
-        type=pathlib.Path,
-        default=pathlib.Path(DEFAULT_HISTORY),
-        help=f"the history directory (default {DEFAULT_HISTORY})",
-    )
+    _history(bench)
     bench.add_argument(
         "--compare",
         metavar="REF",
@@ -72,12 +64,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         metavar="PCT",
         help="with --compare: a slowdown above this (and significant) fails (default 5%%)",
     )
-    bench.add_argument(
-        "--alpha",
-        type=float,
-        default=compare.ALPHA,
-        help="significance level of the Mann-Whitney U test (default 0.01)",
-    )
+    _alpha(bench)
     bench.add_argument(
         "--current",
         metavar="RUN",
@@ -96,12 +83,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="write a static site of the history: trends, baselines, regressions",
         description="Write the history as a static site that works offline.",
     )
-    dashboard.add_argument(
-        "--history",
-        type=pathlib.Path,
-        default=pathlib.Path(DEFAULT_HISTORY),
-        help=f"the history directory (default {DEFAULT_HISTORY})",
-    )
+    _history(dashboard)
     dashboard.add_argument(
         "-o",
         "--output",
@@ -115,12 +97,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         metavar="PCT",
         help="flag changes beyond this (default 5%%)",
     )
-    dashboard.add_argument(
-        "--alpha",
-        type=float,
-        default=compare.ALPHA,
-        help="significance level of the Mann-Whitney U test (default 0.01)",
-    )
+    _alpha(dashboard)
     dashboard.add_argument(
         "--window",
         type=int,
@@ -257,16 +234,19 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="polyonnx", description=__doc__.split("\n")[0])
-    add_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.handler(args)
-    except PolyonnxError as exc:
-        print(f"polyonnx: error: {exc}", file=sys.stderr)
-        return 2
+def _alpha(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=compare.ALPHA,
+        help="significance level of the Mann-Whitney U test (default 0.01)",
+    )
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _history(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--history",
+        type=pathlib.Path,
+        default=pathlib.Path(DEFAULT_HISTORY),
+        help=f"the history directory (default {DEFAULT_HISTORY})",
+    )

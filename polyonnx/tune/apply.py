@@ -39,6 +39,8 @@ class Records:
 
     @staticmethod
     def load(threads: int, db: str | os.PathLike | None = None, shipped: bool = True) -> Records:
+        """Records for this machine running ``threads`` threads: from ``db`` (which must
+        exist) and, with ``shipped``, those that come with polyonnx."""
         records = Records(Key.host(threads))
         if db is not None:
             records.databases.append(Database(db, create=False))
@@ -52,7 +54,8 @@ class Records:
         found: dict[str, Trial] = {}
         for db in self.databases:
             best, skipped = db.lookup(tasks, self.key)
-            self.skipped += [f"{reason} ({_source(db)})" for reason in skipped]
+            for reason in skipped:
+                self._skip(f"{reason} ({_source(db)})")
             for task, trial in best.items():
                 default = db.default(task, self.key)
                 if default is None or trial.ratio(default) >= MARGIN:
@@ -75,10 +78,14 @@ class Records:
                     schedules.append(kernel_schedule(program, kernel.name, trial.trace))
                     used[kernel.name] = trial
                     continue
-                except ScheduleError as exc:
-                    self.skipped.append(f"record for {kernel.name} no longer applies: {exc}")
+                except (ScheduleError, KeyError, TypeError, ValueError) as exc:
+                    self._skip(f"record for {kernel.name} does not apply: {exc!r}")
             schedules.append(default_schedule(kernel, program.buffers))
         return schedules, used
+
+    def _skip(self, reason: str) -> None:
+        if reason not in self.skipped:  # once, however many compiles ask
+            self.skipped.append(reason)
 
     def close(self) -> None:
         """Close the databases this object opened (the shipped records stay loaded)."""

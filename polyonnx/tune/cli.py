@@ -1,6 +1,7 @@
 """``polyonnx tune``: the command line of the tuner.
 
     polyonnx tune MODEL [--budget 10m] [--trials N] [--db PATH] [--threads N] [--jobs N]
+                        [--timeout S] [--no-resume] [--no-ort]
     polyonnx tune export [MODEL | --db PATH] [-o FILE.jsonl]
     polyonnx tune import FILE.jsonl [--db PATH]
 
@@ -49,11 +50,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
     parser.add_argument("--no-ort", action="store_true", help="do not time onnxruntime")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--resume", action=argparse.BooleanOptionalAction, default=True,
+        help="continue from the trials in the database (default); --no-resume searches "
+        "afresh, still adding to it",
+    )  # fmt: skip
     parser.add_argument("-o", "--output", help="export: write here instead of stdout")
     parser.set_defaults(handler=cmd_tune)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    """``polyonnx tune``: a session with a live table, then the report (or export/import)."""
     if args.model == "export":
         return _export(args)
     if args.model == "import":
@@ -69,6 +76,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         shapes=_shapes(args.shape) or None,
         timeout_s=args.timeout,
         seed=args.seed,
+        resume=args.resume,
         compare_ort=not args.no_ort,
         fault=os.environ.get("POLYONNX_TUNE_FAULT", ""),
     )
@@ -106,6 +114,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def parse_budget(text: str) -> float:
+    """Seconds in "90s", "10m", "1h" or "600"."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|)\s*", text)
     if not match:
         raise PolyonnxError(f"--budget takes a time like 90s, 10m or 1h, got {text!r}")
@@ -153,26 +162,8 @@ def _live_table(result: Result) -> Table:
 
 def report(result: Result, console: Console) -> None:
     """The session's tables: per task, then the model's latency."""
-    table = Table(title=f"tuning {result.model}", title_justify="left")
-    columns = ("kernel", "op", "kernels", "share", "default ms", "tuned ms", "speed-up",
-               "trials", "failed", "spent s")  # fmt: skip
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("kernel", "op") else "right")
-    for task in result.tasks:
-        if task.search is None:
-            continue
-        tuned = task.best_s if task.applied else task.default_s
-        speedup = f"{task.default_s / tuned:.2f}x" if task.default_s and tuned else "-"
-        table.add_row(
-            task.task.name, task.task.op_type, str(len(task.task.kernels)), f"{task.share:.1%}",
-            _ms(task.default_s), _ms(tuned), speedup, str(task.session_trials),
-            str(task.failures), f"{task.spent_s:.1f}",
-        )  # fmt: skip
-    console.print(table)
-    small = [t for t in result.tasks if t.search is None]
-    if small:
-        share = sum(t.share for t in small)
-        console.print(f"not tuned: {len(small)} small tasks, {share:.1%} of the time in all")
+    console.print(_task_table(result))
+    _print_untuned(result, console)
     console.print(
         f"{result.trials} trials this session ({result.failures} failed), {result.resumed} "
         f"from earlier sessions not measured again; stopped on: {result.stopped}; "
@@ -194,6 +185,37 @@ def report(result: Result, console: Console) -> None:
         console.print(f"{result.applied} kernels run tuned schedules; records in {result.db}")
     for reason in result.skipped:
         console.print(f"records skipped: {reason}")
+
+
+def _task_table(result: Result) -> Table:
+    """Per tuned task: default and tuned time (the record the tuned model runs), and how
+    this session's trials went."""
+    table = Table(title=f"tuning {result.model}", title_justify="left")
+    columns = ("kernel", "op", "kernels", "share", "default ms", "tuned ms", "speed-up",
+               "trials", "failed", "earlier", "spent s")  # fmt: skip
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("kernel", "op") else "right")
+    for task in result.tasks:
+        if task.search is None:
+            continue
+        tuned = task.tuned_s or task.default_s
+        speedup = f"{task.default_s / tuned:.2f}x" if task.default_s and tuned else "-"
+        table.add_row(
+            task.task.name, task.task.op_type, str(len(task.task.kernels)), f"{task.share:.1%}",
+            _ms(task.default_s), _ms(tuned), speedup, str(task.trials), str(task.failures),
+            str(task.earlier), f"{task.spent_s:.1f}",
+        )  # fmt: skip
+    return table
+
+
+def _print_untuned(result: Result, console: Console) -> None:
+    small = [t for t in result.tasks if t.search is None and t.note.endswith("time")]
+    if small:
+        share = sum(t.share for t in small)
+        console.print(f"not tuned: {len(small)} small tasks, {share:.1%} of the time in all")
+    for task in result.tasks:
+        if task.search is None and not task.note.endswith("time"):
+            console.print(f"not tuned: {task.task.name} ({task.task.op_type}): {task.note}")
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -380,7 +380,8 @@ class Database:
 
     def best(self, task: str, key: Key) -> Trial | None:
         """The ok tuned trial with the smallest time relative to the default (`Trial.ratio`),
-        if that is below 1.
+        if that is below 1; a trace measured several times is judged by its slowest
+        measurement (a lucky run is not a speed-up).
 
         None when the default schedule was never measured ok under ``key``, or when no tuned
         trace is strictly faster: only schedules measured faster are ever applied. Ties go to
@@ -395,11 +396,25 @@ class Database:
                 "AND status = 'ok' AND trace != '[]' ORDER BY id",
                 _key_params(task, key),
             ).fetchall()
-        tuned = [_trial(row) for row in rows]
-        if not tuned:
+        by_trace: dict[str, list[Trial]] = {}
+        for row in rows:
+            trial = _trial(row)
+            by_trace.setdefault(canonical(trial.trace), []).append(trial)
+        if not by_trace:
             return None
-        fastest = min(tuned, key=lambda t: t.ratio(base))
+        # a trace measured more than once counts by its slowest measurement
+        worst = [max(trials, key=lambda t: t.ratio(base)) for trials in by_trace.values()]
+        fastest = min(worst, key=lambda t: t.ratio(base))
         return fastest if fastest.ratio(base) < 1 else None
+
+    def count(self, task: str, key: Key, trace: list[dict]) -> int:
+        """How many ok measurements of ``trace`` ``task`` has under ``key``."""
+        with self._sql() as conn:
+            row = conn.execute(
+                f"SELECT COUNT(*) FROM trials WHERE {_KEY_MATCH} AND status = 'ok' AND trace = ?",
+                (*_key_params(task, key), canonical(trace)),
+            ).fetchone()
+        return row[0]
 
     def lookup(self, tasks: Iterable[str], key: Key) -> tuple[dict[str, Trial], list[str]]:
         """The best trial of each task where one applies, and why other records were skipped.

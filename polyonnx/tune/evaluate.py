@@ -16,6 +16,7 @@ from polyonnx.krnl.ir import Program
 from polyonnx.runtime.compiled import compile_program, default_schedules
 from polyonnx.tune.apply import Records
 from polyonnx.tune.db import Trial
+from polyonnx.tune.runner import random_inputs
 
 MIN_ROUNDS = 3
 MAX_ROUNDS = 40
@@ -35,11 +36,7 @@ def model_latency(
     seconds: float = SECONDS,
 ) -> tuple[dict[str, float], dict[str, Trial]]:
     """Median seconds per run of each contender, and the records the tuned model used."""
-    rng = np.random.default_rng(0)
-    feed = {
-        n: rng.standard_normal(program.buffers[n].shape).astype(program.buffers[n].dtype)
-        for n in program.inputs
-    }
+    feed = random_inputs(program)
     schedules, used = records.schedules(program)
     contenders = {}
     for name, chosen in (("default", default_schedules(program)), ("tuned", schedules)):

@@ -47,12 +47,16 @@ class Job:
 
 
 class Workers:
+    """Up to ``jobs`` worker subprocesses that build and time candidates; each job has
+    ``timeout`` seconds once its worker is ready for it."""
+
     def __init__(self, jobs: int = 1, timeout: float = 60.0, env: Mapping[str, str] | None = None):
         self.slots = max(int(jobs), 1)
         self.timeout = timeout
         self.env = {**os.environ, **(env or {})}
         self._seq = 0
         self._idle: list[_Worker] = []
+        self._all: list[_Worker] = []
         self._logs = tempfile.TemporaryDirectory(prefix="polyonnx-workers-")
 
     def __enter__(self) -> Workers:
@@ -62,57 +66,76 @@ class Workers:
         self.close()
 
     def close(self) -> None:
-        for worker in self._idle:
+        """Stop every worker, busy or idle."""
+        for worker in self._all:
             worker.stop()
             worker.log.close()
+        self._all.clear()
         self._idle.clear()
         self._logs.cleanup()
 
-    def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Measurement]]:
+    def run(
+        self, jobs: Iterable[Job], deadline: float | None = None
+    ) -> Iterator[tuple[Job, Measurement]]:
         """Run ``jobs`` on up to ``slots`` workers at once; yield each with its result as
-        it finishes (not necessarily in order)."""
+        it finishes (not necessarily in order). No job starts after ``deadline`` (a
+        time.monotonic() value); those are not yielded."""
         pending = list(jobs)
-        busy: dict[int, tuple[_Worker, Job, float]] = {}  # fd -> worker, job, deadline
+        busy: dict[int, _Busy] = {}
         selector = selectors.DefaultSelector()
         try:
-            while pending or busy:
+            while busy or (pending and (deadline is None or time.monotonic() < deadline)):
                 while pending and len(busy) < self.slots:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        pending.clear()
+                        break
                     job = pending.pop(0)
-                    worker = self._idle.pop() if self._idle else self._start()
-                    worker.send(job, self._next_seq())
+                    worker = self._send(job)
                     now = time.monotonic()
-                    busy[worker.fd] = (worker, job, now + self.timeout + STARTUP_SECONDS, now)
+                    busy[worker.fd] = _Busy(worker, job, now + STARTUP_SECONDS, now)
                     selector.register(worker.fd, selectors.EVENT_READ)
-                soonest = min(deadline for _, _, deadline, _ in busy.values())
+                if not busy:
+                    break
+                soonest = min(b.deadline for b in busy.values())
                 events = selector.select(max(soonest - time.monotonic(), 0.0))
                 ready = {key.fd for key, _ in events}
                 now = time.monotonic()
                 for fd in list(busy):
-                    worker, job, deadline, sent = busy[fd]
-                    if fd not in ready and now < deadline:
+                    item = busy[fd]
+                    if fd not in ready and now < item.deadline:
                         continue
-                    result = worker.receive() if fd in ready else None
+                    result = item.worker.receive() if fd in ready else None
                     if result == READY:  # prepared: the candidate's own time limit starts
-                        busy[fd] = (worker, job, now + self.timeout, sent)
+                        item.ready, item.deadline = True, now + self.timeout
                         continue
                     selector.unregister(fd)
                     del busy[fd]
                     if result is None:
-                        result = self._failure(worker, job, fd in ready)
+                        result = self._failure(item, ended=fd in ready)
                     else:
-                        self._idle.append(worker)
-                    yield job, replace(result, wall_s=time.monotonic() - sent)
+                        self._idle.append(item.worker)
+                    yield item.job, replace(result, wall_s=time.monotonic() - item.sent)
         finally:
-            for worker, *_ in busy.values():
-                worker.stop()
+            for item in busy.values():
+                item.worker.stop()
             selector.close()
 
-    def _next_seq(self) -> int:
+    def _send(self, job: Job) -> _Worker:
+        """An idle worker (or a new one) with ``job`` sent to it."""
         self._seq += 1
-        return self._seq
+        while self._idle:
+            worker = self._idle.pop()
+            try:
+                worker.send(job, self._seq)
+                return worker
+            except OSError:  # it died while idle
+                worker.stop()
+        worker = self._start()
+        worker.send(job, self._seq)
+        return worker
 
     def _start(self) -> _Worker:
-        log = open(os.path.join(self._logs.name, f"worker-{self._seq + 1}.log"), "w+b")  # noqa: SIM115
+        log = open(os.path.join(self._logs.name, f"worker-{len(self._all)}.log"), "w+b")  # noqa: SIM115
         process = subprocess.Popen(
             [sys.executable, "-m", "polyonnx.tune.worker"],
             stdin=subprocess.PIPE,
@@ -120,12 +143,22 @@ class Workers:
             stderr=log,
             env=self.env,
             start_new_session=True,
+            bufsize=0,  # unbuffered: select() must see every line the worker wrote
         )
-        return _Worker(process, log)
+        worker = _Worker(process, log)
+        self._all.append(worker)
+        return worker
 
-    def _failure(self, worker: _Worker, job: Job, ended: bool) -> Measurement:
+    def _failure(self, item: _Busy, ended: bool) -> Measurement:
+        worker = item.worker
         if not ended:
             worker.stop()
+            if not item.ready:
+                return Measurement(
+                    "failed",
+                    f"timeout after {STARTUP_SECONDS:g} s preparing: lowering the model or "
+                    f"running the default schedule",
+                )
             return Measurement("failed", f"timeout after {self.timeout:g} s")
         code = worker.stop()
         if code is not None and code < 0:
@@ -136,11 +169,22 @@ class Workers:
         return Measurement("failed", f"{reason}{': ' + last if last else ''}")
 
 
+@dataclass
+class _Busy:
+    worker: _Worker
+    job: Job
+    deadline: float
+    sent: float
+    ready: bool = False
+
+
 class _Worker:
     def __init__(self, process: subprocess.Popen, log):
         self.process = process
         self.log = log
         self.fd = process.stdout.fileno()
+        self.log_start = 0
+        """Where the current job's part of the worker's stderr log begins."""
 
     def send(self, job: Job, seq: int) -> None:
         message = {
@@ -152,6 +196,7 @@ class _Worker:
             "threads": job.threads,
             "min_seconds": job.min_seconds,
         }
+        self.log_start = os.fstat(self.log.fileno()).st_size
         self.process.stdin.write((json.dumps(message) + "\n").encode())
         self.process.stdin.flush()
 
@@ -177,10 +222,11 @@ class _Worker:
         return code
 
     def last_error(self) -> str:
-        """The last line the worker wrote to stderr (a Python traceback's message)."""
+        """The last line the worker wrote to stderr during its last job (a Python
+        traceback's message), and the log closed."""
         self.log.flush()
-        self.log.seek(0)
-        lines = [line.strip() for line in self.log.read().decode(errors="replace").splitlines()]
-        lines = [line for line in lines if line]
+        self.log.seek(self.log_start)
+        text = self.log.read().decode(errors="replace")
         self.log.close()
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
         return lines[-1][:300] if lines else ""

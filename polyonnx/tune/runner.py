@@ -3,7 +3,8 @@
 The measurement workers (tune/worker.py) call :func:`measure` for each job; nothing here
 guards against a candidate that crashes the process: that is the worker's parent's job.
 
-    result = measure(program, "conv1", trace, threads=2)   # Measurement(status, median_s, ...)
+    bench = Bench(program, "conv1", threads=2)
+    result = bench.measure(trace)         # Measurement(status, median_s, baseline_s, ...)
 
 The candidate's outputs are compared with the default schedule's on the same random
 inputs (seeded by the kernel's name, so every worker draws the same). Times come from the
@@ -75,8 +76,7 @@ class Bench:
         self.kernel = program.kernel(kernel_name)
         self.program = kernel_program(program, self.kernel)
         self.threads = threads
-        rng = np.random.default_rng(zlib.crc32(kernel_name.encode()))
-        self.inputs = {n: _random(rng, self.program.buffers[n]) for n in self.program.inputs}
+        self.inputs = random_inputs(self.program, zlib.crc32(kernel_name.encode()))
         self._reference: dict[str, np.ndarray] | None = None
         self._default: CompiledModel | None = None
 
@@ -93,6 +93,9 @@ class Bench:
         return compiled
 
     def measure(self, trace: Sequence[Mapping], min_seconds: float = MIN_SECONDS) -> Measurement:
+        """Build ``trace``, compare its outputs with the default's, and time it in turn
+        with the default schedule; a refused, failing or wrong candidate comes back as
+        a failed Measurement with the reason."""
         start = time.perf_counter()
         try:
             compiled = self.compile(trace)
@@ -154,6 +157,13 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
                 f"(error {error[worst]:.3g} > {RTOL:g} x max |output| {scale:.3g})"
             )
     return None
+
+
+def random_inputs(program: Program, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random values for every input of ``program``: normal floats, small non-negative
+    integers (valid indices), random booleans."""
+    rng = np.random.default_rng(seed)
+    return {n: _random(rng, program.buffers[n]) for n in program.inputs}
 
 
 def _random(rng: np.random.Generator, buffer) -> np.ndarray:

@@ -1,10 +1,10 @@
 """Evolutionary search over one task's space, guided by the cost model.
 
 Each round proposes candidates: mutations (one to three knobs) and crossovers of the
-fastest measured genomes, plus fresh random samples; the cost model, refit on everything
-measured so far, ranks them; the round measures the predicted best and one at random
-(exploration keeps the model honest). The default genome is never re-measured: the
-default schedule's own trial stands for it.
+fastest measured genomes, plus fresh random samples; the cost model, refit at the start
+of each round on everything measured so far, ranks them; the round measures the
+predicted best and one at random (exploration keeps the model honest). The default
+genome is never re-measured: the default schedule's own trial stands for it.
 
     search = TaskSearch(space, seed=0)
     search.record(trace, seconds)            # every finished trial, ok (seconds) or failed (None)
@@ -29,6 +29,8 @@ EXPLORE = 1
 
 
 class TaskSearch:
+    """The search state of one task: what was tried, what ran and how fast, the model."""
+
     def __init__(self, space: Space, seed: int = 0):
         self.space = space
         self.rng = random.Random(seed)
@@ -59,6 +61,8 @@ class TaskSearch:
         return min(self.results, key=lambda r: r[1]) if self.results else None
 
     def propose(self, count: int) -> list[Genome]:
+        """Up to ``count`` genomes never proposed before, best predicted first (they count
+        as tried from now on)."""
         pool = self._pool()
         if not pool:
             return []
@@ -75,6 +79,7 @@ class TaskSearch:
         chosen = ranked[: count - explore]
         rest = ranked[count - explore :]
         chosen += self.rng.sample(rest, min(explore, len(rest)))
+        self.tried.update(canonical(self.space.trace(g)) for g in chosen)  # pending now
         return chosen
 
     def _pool(self) -> list[Genome]:

@@ -6,13 +6,14 @@ share of the model's time first, every trial committed to the database as it fin
 1. The default schedules are compiled with per-kernel timers and run: each task's share
    of the model's time (tasks under ``min_share`` are not tuned).
 2. Each task's earlier trials under this machine's key are read back from the database:
-   nothing measured before is measured again (``--resume``).
+   nothing measured before is measured again (``resume``, the default).
 3. Every task's default schedule is measured (once, ever), then rounds of candidates go
    to the task with the largest ``share / (trials + 1)``: trials in proportion to the
    share of time, the biggest kernels first.
-4. At the end the model is compiled with the records that beat the default by more than
-   the noise margin, and default, tuned (and onnxruntime's) latencies are measured in the
-   same run, interleaved.
+4. Each task's best trace, if measured only once, is measured again (a lucky run among
+   hundreds is not a speed-up; `Database.best` judges a trace by its slowest measurement).
+5. The model is compiled with the records that beat the default by more than the noise
+   margin, and default, tuned (and onnxruntime's) latencies are measured in the same run.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from polyonnx.errors import ScheduleError
+from polyonnx.krnl.ir import Program
 from polyonnx.runtime.compiled import compile_program, default_schedules, lower_model
 from polyonnx.tune.apply import Records
 from polyonnx.tune.db import Database, Key, Trial, default_path
 from polyonnx.tune.evaluate import SECONDS, model_latency
 from polyonnx.tune.measure import Job, Workers
-from polyonnx.tune.runner import Measurement, kernel_schedule
+from polyonnx.tune.runner import Measurement, kernel_schedule, random_inputs
 from polyonnx.tune.search import TaskSearch
 from polyonnx.tune.space import Space, space_for
 from polyonnx.tune.tasks import Task, model_tasks, rename_trace
@@ -38,14 +40,18 @@ from polyonnx.tune.tasks import Task, model_tasks, rename_trace
 @dataclass(frozen=True)
 class Options:
     budget_s: float = 600.0
+    """Wall seconds for the whole session, the final latency measurement included."""
     trials: int | None = None
-    """Stop after this many trials in this session (None: only the budget)."""
+    """Stop after this many trials in this session, defaults included (None: no limit)."""
     threads: int = 0
     """Threads the model will run on (0: all cores); trials are timed on as many."""
     jobs: int = 1
     """Candidates built and timed at once (more than one makes times noisier)."""
     db: str | None = None
     shapes: Mapping[str, Sequence[int]] | None = None
+    resume: bool = True
+    """Read earlier trials back (False: search as if the database were empty, still
+    writing to it)."""
     min_share: float = 0.005
     batch: int = 4
     timeout_s: float = 60.0
@@ -59,6 +65,8 @@ class Options:
 
 @dataclass
 class TaskProgress:
+    """One task during a session: its search and tallies."""
+
     task: Task
     share: float
     space: Space | None = None
@@ -68,15 +76,18 @@ class TaskProgress:
     """The best trial's time on the default's scale: ``default_s`` times its ratio to the
     default schedule measured alongside it."""
     best_trace: list[dict] = field(default_factory=list)
+    earlier: int = 0
+    """Trials of this task read back from earlier sessions."""
     trials: int = 0
-    """Trials of this task in the database (this session and before)."""
-    session_trials: int = 0
+    """Trials of this task measured in this session."""
     failures: int = 0
+    """... and how many of them failed."""
     spent_s: float = 0.0
     """Wall seconds this session's trials of the task took (building and timing)."""
     note: str = ""
-    applied: bool = False
-    """The tuned model runs the best record (it beat the default by the margin)."""
+    tuned_s: float | None = None
+    """With the record the tuned model runs: the default's time times the record's ratio
+    (None: it runs the default)."""
 
     def consider(self, trace: list[dict], seconds: float | None) -> None:
         """Keep ``trace`` as the best if it is faster (on the default's scale)."""
@@ -110,51 +121,48 @@ class Result:
 
 TrialCallback = Callable[[TaskProgress, Trial, Result], None]
 
+CONFIRM_SECONDS = 1.0
+"""Time set aside per tuned task for measuring its best trace a second time."""
+
 
 def tune(model: str, options: Options, on_trial: TrialCallback | None = None) -> Result:
+    """Tune ``model``'s kernels (module docstring); every trial goes to the database as it
+    finishes, so an interrupted session loses nothing."""
     start = time.monotonic()
     threads = options.threads or os.cpu_count() or 1
     program = lower_model(model, options.shapes)
     db_path = options.db or str(default_path(model))
     key = Key.host(threads)
     result = Result(model, db_path, key, [])
-    compiling = time.monotonic()
     shares = _shares(program, threads)
-    reserve = 2 * (time.monotonic() - compiling) + 3 * options.eval_s + 2  # for the final latency
     result.tasks = [
         TaskProgress(task, sum(shares.get(k, 0.0) for k in task.kernels))
         for task in model_tasks(program)
     ]
     result.tasks.sort(key=lambda t: -t.share)
-    session = uuid.uuid4().hex[:12]
+    compile_s = time.monotonic() - start
     with Database(db_path) as db, Workers(options.jobs, options.timeout_s, _env(options)) as pool:
         for progress in result.tasks:
-            _prepare(progress, program, db, key, threads, options, result)
-        runner = _Runner(model, program, db, key, session, options, threads, result, on_trial)
-        deadline = start + max(options.budget_s - reserve, 0.0)
-        runner.defaults(pool, deadline)
-        result.stopped = runner.search(pool, deadline)
-    records = Records.load(threads, db_path)
-    try:
-        result.latency, used = model_latency(
-            model, program, records, threads, options.compare_ort, options.eval_s
-        )
-    finally:
-        records.close()
-    result.skipped = records.skipped
-    result.applied = len(used)
-    applied = {trial.task for trial in used.values()}
-    for progress in result.tasks:
-        progress.applied = progress.task.hash in applied
+            _prepare(progress, program, db, key, threads, options)
+            result.resumed += progress.earlier
+        tuned = [t for t in result.tasks if t.search is not None]
+        reserve = 2 * compile_s + 3 * options.eval_s + CONFIRM_SECONDS * len(tuned) + 2
+        runner = _Runner(model, program, db, key, options, threads, result, on_trial)
+        end = start + options.budget_s
+        search_end = start + max(options.budget_s - reserve, 0.0)
+        runner.defaults(pool, search_end)
+        result.stopped = runner.search(pool, search_end)
+        runner.confirm(pool, end - 2 * compile_s - 3 * options.eval_s)
+    _evaluate(result, program, threads, options)
     result.elapsed_s = time.monotonic() - start
     return result
 
 
-def _shares(program, threads: int) -> dict[str, float]:
+def _shares(program: Program, threads: int) -> dict[str, float]:
     """Each kernel's share of the default model's time (a profiling build, 5 runs)."""
     compiled = compile_program(program, default_schedules(program), profile=True)
     compiled.set_threads(threads)
-    feed = _feed(program)
+    feed = random_inputs(program)
     compiled.run(feed)
     compiled.reset_profile()
     for _ in range(5):
@@ -162,47 +170,43 @@ def _shares(program, threads: int) -> dict[str, float]:
     return {p.kernel: p.share for p in compiled.kernel_profile()}
 
 
-def _feed(program) -> dict:
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    return {
-        n: rng.standard_normal(program.buffers[n].shape).astype(program.buffers[n].dtype)
-        for n in program.inputs
-    }
-
-
 def _env(options: Options) -> dict[str, str]:
     return {"POLYONNX_TUNE_FAULT": options.fault} if options.fault else {}
 
 
-def _prepare(progress, program, db, key, threads, options, result) -> None:
+def _prepare(
+    progress: TaskProgress, program: Program, db: Database, key: Key, threads: int,
+    options: Options,
+) -> None:  # fmt: skip
+    """The task's search space, and (resuming) its earlier trials fed to its search."""
     if progress.share < options.min_share:
-        progress.note = f"not tuned: {progress.share:.1%} of the model's time"
+        progress.note = f"{progress.share:.1%} of the model's time"
         return
     kernel = program.kernel(progress.task.name)
     try:
         progress.space = space_for(kernel, program.buffers, threads, _lanes())
     except ScheduleError as exc:
-        progress.note = f"not tuned: {exc}"
+        progress.note = f"no search space: {exc}"
         return
     progress.search = TaskSearch(progress.space, options.seed)
+    if not options.resume:
+        return
     default = db.default(progress.task.hash, key)
     progress.default_s = default.median_s if default else None
-    tuned = []
     for trial in db.trials(progress.task.hash, key):
-        progress.trials += 1
-        result.resumed += 1
-        progress.failures += trial.status != "ok"
+        progress.earlier += 1
+        trace = rename_trace(trial.trace, progress.task.name)  # tuned on a twin kernel?
         if trial.is_default:
             progress.search.record([], trial.median_s, default=True)
             continue
-        tuned.append(trial)
-    for trial in tuned:
-        ok = trial.status == "ok" and progress.default_s is not None
-        seconds = progress.default_s * trial.ratio(default) if ok else None
-        progress.search.record(trial.trace, seconds)
-        progress.consider(trial.trace, seconds)
+        seconds = None  # on the default's scale, as in _Runner._commit
+        if trial.status == "ok" and trial.baseline_s:
+            scale = progress.default_s or trial.baseline_s
+            seconds = scale * trial.median_s / trial.baseline_s
+        elif trial.status == "ok" and default is not None:
+            seconds = trial.median_s
+        progress.search.record(trace, seconds)
+        progress.consider(trace, seconds)
     progress.consider([], progress.default_s)
 
 
@@ -212,42 +216,91 @@ def _lanes() -> int:
     return host_target().lanes(4)
 
 
+def _evaluate(result: Result, program: Program, threads: int, options: Options) -> None:
+    """The model's latencies with and without the records, and each task's tuned time."""
+    records = Records.load(threads, result.db)
+    try:
+        result.latency, used = model_latency(
+            result.model, program, records, threads, options.compare_ort, options.eval_s
+        )
+        result.skipped = records.skipped
+        result.applied = len(used)
+        applied = {trial.task: trial for trial in used.values()}
+        with Database(result.db) as db:
+            for progress in result.tasks:
+                trial = applied.get(progress.task.hash)
+                default = db.default(progress.task.hash, result.key)
+                if trial is not None and progress.default_s and default is not None:
+                    progress.tuned_s = progress.default_s * trial.ratio(default)
+    finally:
+        records.close()
+
+
+def _priority(task: TaskProgress, pending: Mapping[str, int]) -> float:
+    """Trials go where this is largest: trials in proportion to the share of time."""
+    return task.share / (task.earlier + task.trials + pending.get(task.task.hash, 0) + 1)
+
+
 class _Runner:
     """Sends jobs to the workers, commits every result, keeps the tallies."""
 
-    def __init__(self, model, program, db, key, session, options, threads, result, on_trial):
+    def __init__(
+        self, model: str, program: Program, db: Database, key: Key, options: Options,
+        threads: int, result: Result, on_trial: TrialCallback | None,
+    ):  # fmt: skip
         self.model, self.program, self.db, self.key = model, program, db, key
-        self.session = session
         self.options, self.threads, self.result, self.on_trial = options, threads, result, on_trial
+        self.session = uuid.uuid4().hex[:12]
 
     def defaults(self, pool: Workers, deadline: float) -> None:
+        """Measure the default schedule of every task that has no ok measurement of it."""
         todo = [t for t in self.result.tasks if t.search is not None and t.default_s is None]
-        self._run(pool, [(t, []) for t in todo], deadline)
+        self._run(pool, [(t, []) for t in todo[: self._left(len(todo))]], deadline)
 
     def search(self, pool: Workers, deadline: float) -> str:
+        """Rounds of candidates until the budget, the trials or the candidates run out;
+        returns which."""
         while True:
             if time.monotonic() >= deadline:
                 return "budget"
-            if self.options.trials is not None and self.result.trials >= self.options.trials:
+            if self._left(1) == 0:
                 return "trials"
             open_tasks = [
                 t for t in self.result.tasks
                 if t.search is not None and t.default_s is not None and not t.search.exhausted()
             ]  # fmt: skip
             if not open_tasks:
-                return "no new candidates in any task's space"
-            batch = []
+                return "no new candidates" if self.result.trials else "nothing to tune"
+            batch: list[tuple[TaskProgress, list[dict]]] = []
+            pending: dict[str, int] = {}
             for _ in range(max(self.options.jobs, 1)):
-                progress = max(open_tasks, key=lambda t: t.share / (t.trials + len(batch) + 1))
-                size = self.options.batch
-                if self.options.trials is not None:
-                    size = min(size, self.options.trials - self.result.trials - len(batch))
-                proposals = progress.search.propose(max(size, 0))
-                if not proposals and size > 0:
+                progress = max(open_tasks, key=lambda t: _priority(t, pending))
+                proposals = progress.search.propose(self._left(self.options.batch))
+                if not proposals:
                     progress.search.done = True  # no new candidate in its space
+                    continue
+                pending[progress.task.hash] = pending.get(progress.task.hash, 0) + len(proposals)
                 batch += [(progress, progress.space.trace(g)) for g in proposals]
             if batch:
                 self._run(pool, batch, deadline)
+
+    def confirm(self, pool: Workers, deadline: float) -> None:
+        """Measure each task's best trace again where it was measured once only."""
+        work = []
+        for progress in self.result.tasks:
+            if progress.search is None or not progress.best_trace:
+                continue
+            best = self.db.best(progress.task.hash, self.key)
+            if best is None or self.db.count(progress.task.hash, self.key, best.trace) > 1:
+                continue
+            work.append((progress, rename_trace(best.trace, progress.task.name)))
+        self._run(pool, work[: self._left(len(work))], deadline)
+
+    def _left(self, wanted: int) -> int:
+        """How many of ``wanted`` more trials the trial limit allows."""
+        if self.options.trials is None:
+            return wanted
+        return max(min(wanted, self.options.trials - self.result.trials), 0)
 
     def _run(self, pool: Workers, work: list[tuple[TaskProgress, list[dict]]], deadline) -> None:
         jobs = []
@@ -257,14 +310,14 @@ class _Runner:
                 self._commit(progress, trace, Measurement("failed", illegal))
                 continue
             jobs.append(
-                Job(self.model, progress.task.name, rename_trace(trace, progress.task.name),
-                    self.threads, self.options.shapes, tag=(progress, trace))
+                Job(self.model, progress.task.name, trace, self.threads, self.options.shapes,
+                    tag=(progress, trace))
             )  # fmt: skip
-        for job, measurement in pool.run(jobs):
+        for job, measurement in pool.run(jobs, deadline):
             progress, trace = job.tag
             self._commit(progress, trace, measurement)
 
-    def _commit(self, progress, trace, measurement: Measurement) -> None:
+    def _commit(self, progress: TaskProgress, trace: list[dict], measurement: Measurement) -> None:
         trial = Trial(
             task=progress.task.hash,
             op_type=progress.task.op_type,
@@ -283,15 +336,14 @@ class _Runner:
         self.db.add(trial)
         ok = measurement.status == "ok"
         progress.trials += 1
-        progress.session_trials += 1
         progress.failures += not ok
         progress.spent_s += measurement.wall_s
         self.result.trials += 1
         self.result.failures += not ok
         if not trace:
-            progress.default_s = measurement.median_s
+            progress.default_s = measurement.median_s if ok else None
             progress.search.record(trace, measurement.median_s, default=True)
-            progress.consider([], measurement.median_s)
+            progress.consider([], progress.default_s)
         else:
             seconds = None
             if ok and progress.default_s and measurement.baseline_s:

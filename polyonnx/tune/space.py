@@ -42,8 +42,10 @@ MAX_ORDERS = 24
 """Loop orders offered for a kernel that is not a GEMM (its main statement's loops)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Space:
+    """The knobs of one kernel and their values; the default genome is one of them."""
+
     kind: str
     """"gemm" or "loops"."""
     kernel: str
@@ -93,6 +95,7 @@ ORDERED = frozenset({"mr", "nr", "kc", "mc", "nc", "unroll", "factor"})
 
 
 def space_for(kernel: Kernel, buffers: Mapping[str, Buffer], threads: int, lanes: int) -> Space:
+    """The GEMM space for a kernel the micro-kernel can run, else the loops space."""
     found = [g for g in (geometry(s, buffers) for s in kernel.statements) if g is not None]
     if len(found) == 1 and _ukernel_ok(kernel, buffers):
         return gemm_space(kernel, found[0], threads, lanes)
@@ -111,6 +114,8 @@ def _ukernel_ok(kernel: Kernel, buffers: Mapping[str, Buffer]) -> bool:
 
 
 def gemm_space(kernel: Kernel, geo: Geometry, threads: int, lanes: int) -> Space:
+    """Register tiles that fit the registers and the problem, cache blocks up to just
+    past the extents, and the thread splits when there are threads to split over."""
     registers = vector_registers(lanes)
     base = default_params(geo, lanes, registers)
     nrs = tuple(n for n in (lanes, 2 * lanes, 3 * lanes, 4 * lanes) if n <= _up(geo.n, lanes))
@@ -193,6 +198,7 @@ def gemm_features(space: Space, genome: Genome) -> list[float]:
 
 
 def loops_space(kernel: Kernel, buffers: Mapping[str, Buffer], threads: int) -> Space:
+    """The default schedule or another loop order, then threads and an unrolled loop."""
     schedule = Schedule(kernel, buffers)
     schedule.default()
     state = schedule.state
@@ -212,9 +218,7 @@ def loops_space(kernel: Kernel, buffers: Mapping[str, Buffer], threads: int) -> 
         "factor": (2, 4, 8),
     }
     default = {"base": "default", "threads": 0, "unroll": 0, "factor": 2}
-    space = Space("loops", kernel.name, knobs, default)
-    space.default_loops = (tuple(wide), nest.names())
-    return space
+    return Space("loops", kernel.name, knobs, default, default_loops=(tuple(wide), nest.names()))
 
 
 def loops_trace(space: Space, genome: Genome) -> list[dict]:

@@ -14,6 +14,8 @@ A job: ``{"seq": 7, "model": PATH, "shapes": {...}, "kernel": NAME, "trace": [..
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import json
 import os
@@ -28,6 +30,7 @@ FAULT = "POLYONNX_TUNE_FAULT"
 
 
 def main() -> int:
+    _die_with_parent()
     results = sys.stdout
     sys.stdout = sys.stderr  # nothing else may write to the result stream
     faults = _faults(os.environ.get(FAULT, ""))
@@ -53,6 +56,19 @@ def main() -> int:
 def _send(stream, message: dict) -> None:
     stream.write(json.dumps(message) + "\n")
     stream.flush()
+
+
+def _die_with_parent() -> None:
+    """Be killed when the tuner dies (Linux's PR_SET_PDEATHSIG), so that a hung candidate
+    does not outlive a killed session; if the tuner is gone already, leave now."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        sys.exit(0)
+
+
+PR_SET_PDEATHSIG = 1
 
 
 def _faults(spec: str) -> dict[int, str]:

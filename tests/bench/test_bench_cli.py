@@ -10,8 +10,9 @@ import subprocess
 
 import pytest
 
-from polyonnx.bench.cli import add_commands, main
+from polyonnx.bench.cli import add_commands
 from polyonnx.bench.history import load_history
+from polyonnx.cli import main
 from tests.bench.synthetic import BENCHES, IMPROVEMENT, REGRESSION, known_history
 
 FIRST_REGRESSED = REGRESSION[2] + 1  # run numbers count from 1

@@ -69,7 +69,7 @@ def test_killed_mid_run_then_resumed(model_path, tmp_path, sig):
     after = _uids(db_path)
     assert set(before) <= set(after) and len(after) == len(before) + 3
     traces = collections.Counter((t["task"], canonical(t["trace"])) for t in after.values())
-    assert max(traces.values()) == 1, "a candidate was measured twice"
+    assert max(traces.values()) <= 2, "a candidate was measured again (beyond confirming)"
 
 
 def test_export_and_import(model_path, tmp_path, capsys):

@@ -283,3 +283,14 @@ def test_no_trial_is_lost_when_the_writer_is_killed(tmp_path, sig):
         assert len(stored) - len(printed) <= 1  # at most the one whose uid was not yet printed
         db.add(trial(key=ZEN_WRITER))
         assert len(db.trials("t1", ZEN_WRITER)) == len(stored) + 1
+
+
+def test_a_trace_measured_twice_counts_by_its_slower_measurement(db):
+    other = [{"kernel": "k", "primitive": "ukernel", "args": {"params": {"mr": 4}}}]
+    db.add(trial(trace=[], median=1e-3))
+    db.add(trial(trace=TILE, median=0.5e-3))  # a lucky run ...
+    db.add(trial(trace=other, median=0.8e-3))
+    assert db.best("t1", ZEN).trace == list(TILE)
+    db.add(trial(trace=TILE, median=0.99e-3))  # ... that its confirmation does not repeat
+    assert db.best("t1", ZEN).trace == other
+    assert db.count("t1", ZEN, list(TILE)) == 2 and db.count("t1", ZEN, other) == 1

@@ -23,3 +23,14 @@ def test_a_python_error_in_a_worker_is_a_failed_trial(model_path):
     assert results["no_such_kernel"].status == "failed"
     assert "no kernel named" in results["no_such_kernel"].reason
     assert results["mm1"].status == "ok"
+
+
+def test_no_job_starts_after_the_deadline(model_path):
+    import time
+
+    jobs = [Job(model_path, "mm1", [], 1, min_seconds=0.0) for _ in range(50)]
+    with Workers(jobs=1, timeout=30) as workers:
+        first = next(iter(workers.run(jobs[:1])))  # a warm worker
+        assert first[1].status == "ok"
+        done = list(workers.run(jobs, deadline=time.monotonic() + 0.5))
+    assert 0 < len(done) < 50

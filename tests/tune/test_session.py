@@ -35,9 +35,10 @@ def test_a_session_commits_every_trial_and_resumes(model_path, tmp_path):
     with Database(db_path) as db:
         key = Key.host(2)
         for task in model_tasks(lower_model(model_path)):
-            traces = [canonical(t.trace) for t in db.trials(task.hash, key)]
-            assert len(traces) == len(set(traces)), "a trace was measured twice"
-            assert collections.Counter(t == "[]" for t in traces)[True] <= 1
+            traces = collections.Counter(canonical(t.trace) for t in db.trials(task.hash, key))
+            # once, or twice for a task's best (the confirmation); the default once
+            assert max(traces.values(), default=0) <= 2, "a trace was measured again"
+            assert traces["[]"] <= 1
 
 
 def test_a_crashing_candidate_is_recorded_and_the_session_goes_on(model_path, tmp_path):
@@ -103,3 +104,21 @@ def test_records_of_another_cpu_or_version_are_skipped_and_said(model_path, tmp_
     session = InferenceSession(model_path, threads=2, tuning_db=str(other))
     assert session.compiled_for({}).tuned == ()
     assert any("polyonnx 0.0.1" in reason for reason in session.records.skipped)
+
+
+def test_two_jobs_at_once_never_measure_one_trace_twice(model_path, tmp_path):
+    db_path = str(tmp_path / "t.db")
+    result = tune(model_path, Options(trials=12, jobs=2, db=db_path, **QUICK))
+    assert result.trials == 12
+    with Database(db_path) as db:
+        for task in result.tasks:
+            traces = collections.Counter(
+                canonical(t.trace) for t in db.trials(task.task.hash, result.key)
+            )
+            assert max(traces.values(), default=0) <= 2
+
+
+def test_the_budget_bounds_the_session(model_path, tmp_path):
+    result = tune(model_path, Options(db=str(tmp_path / "t.db"), **{**QUICK, "budget_s": 8.0}))
+    assert result.stopped == "budget"
+    assert result.elapsed_s < 8.0 + 4.0  # the job running at the deadline may finish
