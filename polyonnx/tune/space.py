@@ -234,14 +234,16 @@ def loops_trace(space: Space, genome: Genome) -> list[dict]:
             {"kernel": name, "primitive": "reorder", "args": {"loops": list(loops)}},
             {"kernel": name, "primitive": "vectorize", "args": {"loop": loops[-1]}},
         ]
-    if genome["threads"]:
-        trace.append({"kernel": name, "primitive": "parallel", "args": {"loop": wide[0]}})
     position = int(genome["unroll"])
-    if position and position <= len(loops):
-        loop, factor = loops[-position], genome["factor"]
+    unrolled = loops[-position] if position and position <= len(loops) else None
+    if unrolled is not None:
+        factor = genome["factor"]
         trace.append(
-            {"kernel": name, "primitive": "unroll", "args": {"loop": loop, "factor": factor}}
+            {"kernel": name, "primitive": "unroll", "args": {"loop": unrolled, "factor": factor}}
         )
+    if genome["threads"]:  # after the unroll: a parallel loop cannot be split
+        outer = f"{wide[0]}_o" if wide[0] == unrolled else wide[0]
+        trace.append({"kernel": name, "primitive": "parallel", "args": {"loop": outer}})
     return trace
 
 
