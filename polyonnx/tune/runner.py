@@ -1,14 +1,17 @@
 """Build one candidate (a kernel and a schedule trace), check it, time it — in this process.
 
-The measurement workers (tune/worker.py) call :func:`measure` for each job; nothing here
+The measurement workers (tune/worker.py) call `Bench.measure` for each job; nothing here
 guards against a candidate that crashes the process: that is the worker's parent's job.
 
     bench = Bench(program, "conv1", threads=2)
     result = bench.measure(trace)         # Measurement(status, median_s, baseline_s, ...)
 
-The candidate's outputs are compared with the default schedule's on the same random
-inputs (seeded by the kernel's name, so every worker draws the same). Times come from the
-native per-kernel clock of a profiling build, so Python's call overhead is not in them.
+The candidate's outputs are compared with the default schedule's on the same random inputs
+(seeded by the kernel's name, so every worker draws the same). Before every timed run the
+caches are put in the state the model leaves them in (the rest of the model's data
+written through them: `scrub_size`), and candidate and default runs alternate, so neither
+inherits a cache the other warmed. Times come from the native per-kernel clock of a
+profiling build, so Python's call overhead is not in them.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ from polyonnx.tune.tasks import kernel_program, rename_trace
 
 MIN_SECONDS = 0.05
 """Keep timing until the repeats add up to this much kernel time ..."""
-MIN_REPEATS = 5
-MAX_REPEATS = 400
+MIN_REPEATS = 7
+MAX_REPEATS = 60
 """... with at least and at most this many repeats (after one warm-up run)."""
 RTOL = 1e-3
 """A candidate's outputs may differ from the default's by this much relative to the
@@ -72,11 +75,16 @@ class Bench:
     """One kernel of a program, compiled under different schedules and timed on fixed
     random inputs; the default schedule's outputs are the reference."""
 
-    def __init__(self, program: Program, kernel_name: str, threads: int):
+    def __init__(self, program: Program, kernel_name: str, threads: int, scrub_bytes: int = 0):
+        """``scrub_bytes``: what the rest of the model touches between two calls of this
+        kernel (see `scrub_size`); before every timed run that much memory is written, so
+        that the kernel finds its constants as cold as in the model (and its inputs, which
+        the kernel before it just wrote, warm)."""
         self.kernel = program.kernel(kernel_name)
         self.program = kernel_program(program, self.kernel)
         self.threads = threads
         self.inputs = random_inputs(self.program, zlib.crc32(kernel_name.encode()))
+        self._scrub = np.zeros(scrub_bytes, np.uint8) if scrub_bytes >= SCRUB_MIN else None
         self._reference: dict[str, np.ndarray] | None = None
         self._default: CompiledModel | None = None
 
@@ -110,23 +118,47 @@ class Bench:
             return Measurement("failed", f"wrong answer: {wrong}", compile_s=compile_s)
         self.reference()
         contenders = [compiled, self._default] if trace else [compiled]
-        times, baseline = time_runs(contenders, self.inputs, min_seconds)
+        times, baseline = time_runs(contenders, self.inputs, min_seconds, self._cache_state)
         q1, median, q3 = np.percentile(times, [25, 50, 75])
         return Measurement(
             "ok", None, float(median), float(q3 - q1), float(np.median(baseline or times)),
             len(times), compile_s,
         )  # fmt: skip
 
+    def _cache_state(self) -> None:
+        """The caches as the model leaves them for this kernel: the rest of the model's
+        data written through them, then this kernel's inputs read (just produced)."""
+        if self._scrub is None:
+            return
+        self._scrub[::64] += 1  # one write per cache line
+        for array in self.inputs.values():
+            array.sum()
+
+
+SCRUB_MIN = 1 << 20
+"""Less than this between two calls of a kernel leaves its data in cache: no scrubbing."""
+
+
+def scrub_size(program: Program, kernel_name: str, l3_bytes: int) -> int:
+    """Bytes the rest of ``program`` touches between two calls of one of its kernels (its
+    constants and buffers), up to 1.5x the last-level cache (enough to evict it)."""
+    kernel = program.kernel(kernel_name)
+    own = set(kernel.buffers())
+    other = sum(b.nbytes for n, b in program.buffers.items() if n not in own)
+    return int(min(other, 1.5 * l3_bytes))
+
 
 def time_runs(
-    contenders: Sequence[CompiledModel], inputs, min_seconds: float
+    contenders: Sequence[CompiledModel], inputs, min_seconds: float, before=None
 ) -> tuple[list[float], list[float]]:
     """Seconds of the kernel per run, by its native clock: of the first contender, and of
-    the second (if any), one run of each in turn."""
+    the second (if any), one run of each in turn, each after ``before()`` (if given)."""
     times: list[list[float]] = [[] for _ in contenders]
     first = times[0]
     while len(first) < MAX_REPEATS and (len(first) < MIN_REPEATS or sum(first) < min_seconds):
         for compiled, column in zip(contenders, times, strict=True):
+            if before is not None:
+                before()
             compiled.reset_profile()
             compiled.run(inputs)
             column.append(compiled.kernel_profile()[0].seconds)

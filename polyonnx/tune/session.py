@@ -275,7 +275,10 @@ class _Runner:
             pending: dict[str, int] = {}
             for _ in range(max(self.options.jobs, 1)):
                 progress = max(open_tasks, key=lambda t: _priority(t, pending))
-                proposals = progress.search.propose(self._left(self.options.batch))
+                room = self._left(self.options.batch + len(batch)) - len(batch)
+                if room <= 0:
+                    break
+                proposals = progress.search.propose(room)
                 if not proposals:
                     progress.search.done = True  # no new candidate in its space
                     continue

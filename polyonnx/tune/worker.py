@@ -23,8 +23,9 @@ import signal
 import sys
 import time
 
+from polyonnx.emit.target import host_target
 from polyonnx.runtime.compiled import lower_model
-from polyonnx.tune.runner import Bench
+from polyonnx.tune.runner import Bench, scrub_size
 
 FAULT = "POLYONNX_TUNE_FAULT"
 
@@ -43,7 +44,9 @@ def main() -> int:
             programs[key] = lower_model(job["model"], job.get("shapes") or None)
         bench_key = (key, job["kernel"], job["threads"])
         if bench_key not in benches:
-            benches[bench_key] = Bench(programs[key], job["kernel"], job["threads"])
+            program = programs[key]
+            scrub = scrub_size(program, job["kernel"], host_target().l3_bytes)
+            benches[bench_key] = Bench(program, job["kernel"], job["threads"], scrub)
         bench = benches[bench_key]
         bench.reference()
         _send(results, {"seq": job["seq"], "ready": True})  # the candidate's time starts now
