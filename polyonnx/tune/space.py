@@ -206,10 +206,7 @@ def loops_space(kernel: Kernel, buffers: Mapping[str, Buffer], threads: int) -> 
     sizes = dict(zip(dim_names(main), extents(main), strict=True))
     nest = max(state.nests, key=lambda n: len(n.loops))
     wide = [v.name for v in nest.loops if sizes.get(v.expr, 2) >= 2]  # else a merged loop
-    orders: list[tuple[str, ...]] = []
-    if len(kernel.statements) == 1 and 2 <= len(sizes) <= 5:
-        dims = [d for d in dim_names(main) if sizes[d] > 1]
-        orders = [p for p in itertools.permutations(dims) if p != tuple(dims)][:MAX_ORDERS]
+    orders = _orders(main, sizes, nest.loops[-1].expr if nest.loops else None)
     already = any(state.marked(name, PARALLEL) for name in state.loop_names())
     knobs: dict[str, tuple] = {
         "base": ("default", *(",".join(o) for o in orders)),
@@ -219,6 +216,21 @@ def loops_space(kernel: Kernel, buffers: Mapping[str, Buffer], threads: int) -> 
     }
     default = {"base": "default", "threads": 0, "unroll": 0, "factor": 2}
     return Space("loops", kernel.name, knobs, default, default_loops=(tuple(wide), nest.names()))
+
+
+def _orders(main, sizes: Mapping[str, int], innermost: str | None) -> list[tuple[str, ...]]:
+    """Loop orders of the main statement's dims (those of extent 1 left out) other than
+    the original one: those ending with the default's innermost (SIMD) dim first, then,
+    for few dims, the others; at most MAX_ORDERS."""
+    dims = [d for d in dim_names(main) if sizes[d] > 1]
+    if not 2 <= len(dims) <= 6:
+        return []
+    inner = innermost if innermost in dims else dims[-1]
+    rest = [d for d in dims if d != inner]
+    orders = [(*p, inner) for p in itertools.permutations(rest)]
+    if len(dims) <= 4:
+        orders += [p for p in itertools.permutations(dims) if p[-1] != inner]
+    return [o for o in orders if o != tuple(dims)][:MAX_ORDERS]
 
 
 def loops_trace(space: Space, genome: Genome) -> list[dict]:
