@@ -41,6 +41,7 @@ def main() -> int:
     parser.add_argument("-o", "--output", default=None, help="default: tuning/<cpu>.jsonl")
     args = parser.parse_args()
     pathlib.Path(args.db).parent.mkdir(parents=True, exist_ok=True)
+    rejected: set[tuple[str, int]] = set()
     if not args.no_tune:
         with tempfile.TemporaryDirectory() as folder:
             for path in _models(pathlib.Path(folder), args.k):
@@ -51,6 +52,8 @@ def main() -> int:
                     )  # fmt: skip
                     result = tune(str(path), options)
                     latency = result.latency
+                    if latency["tuned"] > latency["default"]:  # not shipped: see best_records
+                        rejected.update((t.task.hash, threads) for t in result.tasks)
                     print(
                         f"{path.stem:28s} {threads}t  {result.trials:4d} trials  default "
                         f"{latency['default'] * 1e3:8.3f} ms  tuned {latency['tuned'] * 1e3:8.3f}"
@@ -60,7 +63,7 @@ def main() -> int:
     output = pathlib.Path(args.output or ROOT / "tuning" / f"{host_target().name}.jsonl")
     lines = []
     for db_path in [args.db, *args.merge]:
-        lines += best_records(db_path)
+        lines += best_records(db_path, rejected)
     unique = {json.loads(line)["uid"]: line for line in lines}
     output.write_text("".join(sorted(unique.values())))
     print(f"wrote {len(unique)} records to {output}")
@@ -83,9 +86,10 @@ def _models(folder: pathlib.Path, only: str) -> list[pathlib.Path]:
     return paths
 
 
-def best_records(db_path: str) -> list[str]:
+def best_records(db_path: str, rejected: set[tuple[str, int]] = frozenset()) -> list[str]:
     """Per (task, key) of the database: its default trial and its best, as export lines,
-    where the best beats the default."""
+    where the best beats the default, except for ``rejected`` (task, threads): the tasks
+    of a model that this run measured slower tuned than default as a whole."""
     out = io.StringIO()
     with Database(db_path, create=False) as db:
         db.export_jsonl(out)
@@ -99,6 +103,8 @@ def best_records(db_path: str) -> list[str]:
         lines = []
         for trial in groups.values():
             key = Key(**trial["key"])
+            if (trial["task"], key.threads) in rejected:
+                continue
             best, default = db.best(trial["task"], key), db.default(trial["task"], key)
             if best is not None and default is not None:
                 lines += [json.dumps(t.to_json(), sort_keys=True) + "\n" for t in (default, best)]

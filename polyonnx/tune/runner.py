@@ -9,9 +9,10 @@ guards against a candidate that crashes the process: that is the worker's parent
 The candidate's outputs are compared with the default schedule's on the same random inputs
 (seeded by the kernel's name, so every worker draws the same). Before every timed run the
 caches are put in the state the model leaves them in (the rest of the model's data
-written through them: `scrub_size`), and candidate and default runs alternate, so neither
-inherits a cache the other warmed. Times come from the native per-kernel clock of a
-profiling build, so Python's call overhead is not in them.
+written through them: `scrub_size`), and candidate and default runs alternate in short
+blocks whose first run is not timed, so neither inherits a cache the other warmed. Times
+come from the native per-kernel clock of a profiling build, so Python's call overhead is
+not in them.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from polyonnx.tune.tasks import kernel_program, rename_trace
 
 MIN_SECONDS = 0.05
 """Keep timing until the repeats add up to this much kernel time ..."""
-MIN_REPEATS = 7
+MIN_REPEATS = 8
 MAX_REPEATS = 60
 """... with at least and at most this many repeats (after one warm-up run)."""
 RTOL = 1e-3
@@ -152,17 +153,26 @@ def time_runs(
     contenders: Sequence[CompiledModel], inputs, min_seconds: float, before=None
 ) -> tuple[list[float], list[float]]:
     """Seconds of the kernel per run, by its native clock: of the first contender, and of
-    the second (if any), one run of each in turn, each after ``before()`` (if given)."""
+    the second (if any), in alternating blocks, each run after ``before()`` (if given)."""
     times: list[list[float]] = [[] for _ in contenders]
     first = times[0]
     while len(first) < MAX_REPEATS and (len(first) < MIN_REPEATS or sum(first) < min_seconds):
         for compiled, column in zip(contenders, times, strict=True):
-            if before is not None:
-                before()
-            compiled.reset_profile()
-            compiled.run(inputs)
-            column.append(compiled.kernel_profile()[0].seconds)
+            for run in range(BLOCK + 1):  # the first run of a block is not timed
+                if before is not None:
+                    before()
+                compiled.reset_profile()
+                compiled.run(inputs)
+                if run:
+                    column.append(compiled.kernel_profile()[0].seconds)
     return first, (times[1] if len(times) > 1 else [])
+
+
+BLOCK = 4
+"""Timed runs of one contender in a row. The untimed run before them leaves the caches
+(and, with threads, the data in each core's cache) as the contender itself leaves them:
+timed right after a candidate that split a GEMM over two cores, a one-thread default
+ran at a third of its speed (MLP example, 160 us against 59 us)."""
 
 
 def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> str | None:
