@@ -255,6 +255,12 @@ WRITER = textwrap.dedent(
 )
 
 
+def _default_sigint() -> None:
+    """In the child: SIGINT as a terminal delivers it, even when this test runs in a
+    background job (whose shell made its children ignore SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_no_trial_is_lost_when_the_writer_is_killed(tmp_path, sig):
     path = tmp_path / "killed.db"
@@ -265,6 +271,7 @@ def test_no_trial_is_lost_when_the_writer_is_killed(tmp_path, sig):
         stderr=subprocess.DEVNULL,
         env=env,
         text=True,
+        preexec_fn=_default_sigint,
     )
     try:
         printed = [writer.stdout.readline().strip() for _ in range(30)]

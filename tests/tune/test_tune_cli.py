@@ -44,12 +44,19 @@ def _wait_for_trials(db_path: str, count: int, process: subprocess.Popen) -> Non
     pytest.fail(f"fewer than {count} trials after 120 s")
 
 
+def _default_sigint() -> None:
+    """In the child: SIGINT as a terminal delivers it, even when this test runs in a
+    background job (whose shell made its children ignore SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_killed_mid_run_then_resumed(model_path, tmp_path, sig):
     db_path = str(tmp_path / "t.db")
     process = subprocess.Popen(
         _command(model_path, db_path, "--budget", "10m"),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=_default_sigint,
     )  # fmt: skip
     _wait_for_trials(db_path, 4, process)
     process.send_signal(sig)
