@@ -6,7 +6,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from polyonnx.emit.target import Target, initialize_llvm
-from polyonnx.emit.threads import register_runtime_symbols
+from polyonnx.emit.threads import calls_pool, pool_runtime
 from polyonnx.errors import CodegenError
 
 
@@ -27,8 +27,9 @@ class JitModule:
 
     def __init__(self, module: ir.Module, target: Target, opt: int = 3):
         initialize_llvm()
-        register_runtime_symbols()
         self.source = str(module)
+        if calls_pool(self.source):
+            pool_runtime()
         try:
             parsed = llvm.parse_assembly(self.source)
             parsed.verify()

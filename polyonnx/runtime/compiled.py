@@ -12,7 +12,6 @@ A model compiled with ``profile=True`` times every kernel call inside the native
 from __future__ import annotations
 
 import ctypes
-import mmap
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,13 +23,7 @@ import numpy as np
 from polyonnx.emit.jit import JitModule
 from polyonnx.emit.module import ENTRY, PROFILE_GLOBAL, emit_module, register_profile_symbols
 from polyonnx.emit.target import Target, host_target
-from polyonnx.emit.threads import (
-    STACK_BYTES,
-    STACKS,
-    THREADS_GLOBAL,
-    WORKERS,
-    register_runtime_symbols,
-)
+from polyonnx.emit.threads import THREADS_GLOBAL, pool_runtime
 from polyonnx.errors import CodegenError, InputError, PolyonnxError
 from polyonnx.frontend.graph import Graph
 from polyonnx.frontend.load import load_graph
@@ -164,7 +157,6 @@ class CompiledModel:
             for i, n in enumerate(self.layout.slots)
             if n in prog.outputs and n not in prog.constants and n not in prog.inputs
         ]
-        self._stacks: mmap.mmap | None = None
         self._counters = None
         if self.profiling:
             words = ctypes.c_int64 * (2 * len(self.schedules))
@@ -174,13 +166,8 @@ class CompiledModel:
     def set_threads(self, count: int) -> None:
         """How many threads the model's parallel loops use (if it has any)."""
         address = self.jit.global_address(THREADS_GLOBAL)
-        if address is not None and register_runtime_symbols():
+        if address is not None and pool_runtime() is not None:
             ctypes.c_int32.from_address(address).value = max(int(count), 1)
-        stacks = self.jit.global_address(STACKS)
-        if stacks is not None and self._stacks is None and count > 1:
-            self._stacks = _worker_stacks()
-            base = ctypes.addressof(ctypes.c_char.from_buffer(self._stacks))
-            ctypes.c_void_p.from_address(stacks).value = base
 
     def kernel_profile(self) -> list[KernelProfile]:
         """Per kernel, in execution order: the time its calls took (summed) and their count."""
@@ -230,23 +217,6 @@ class CompiledModel:
                 source = inputs.get(name)
                 results[name] = np.array(source if source is not None else prog.constants[name])
         return results
-
-
-def _worker_stacks() -> mmap.mmap:
-    """WORKERS private anonymous stacks of STACK_BYTES (address space until touched), the
-    lowest page of each made inaccessible so an overflow faults instead of writing into
-    the next worker's stack."""
-    region = mmap.mmap(
-        -1,
-        WORKERS * STACK_BYTES,
-        flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
-        prot=mmap.PROT_READ | mmap.PROT_WRITE,
-    )
-    base = ctypes.addressof(ctypes.c_char.from_buffer(region))
-    libc = ctypes.CDLL(None, use_errno=True)
-    for worker in range(WORKERS):
-        libc.mprotect(ctypes.c_void_p(base + worker * STACK_BYTES), mmap.PAGESIZE, 0)
-    return region
 
 
 def multiply_adds(kernel: Kernel) -> int:

@@ -100,11 +100,13 @@ def _with_threads(schedule: KernelSchedule) -> KernelSchedule:
     return state.to_kernel_schedule() if state is not schedule.state else schedule
 
 
-PARALLEL_POINTS = 1 << 23
-"""Statement instances (~8M, a millisecond or more of work) from which a non-contraction
-kernel's outermost loop runs on threads: starting and joining the workers costs ~60-80 us
-(measured, 2 threads), and a row-fused Softmax of 2M points ran slower on two threads
-(266 us) than on one (206 us) in the perf suite."""
+PARALLEL_POINTS = 1 << 20
+"""Statement instances (~1M, some 100 us of work) from which a non-contraction kernel's
+outermost loop runs on threads. Handing a loop to the worker pool (emit/pool.py) costs a
+few microseconds; with it, the perf suite's row-fused Softmax 512x1024 (2M points) went
+from 211 us on one thread to 136 us on two (it was 266 us when each parallel loop started
+its own pthreads), LayerNorm 512x768 from 99 to 63 us. Smaller kernels were not measured
+to gain."""
 
 
 def _gemm_params(geo: Geometry, lanes: int) -> Params | None:
