@@ -19,6 +19,7 @@ import onnx.version_converter
 from onnx import external_data_helper, helper, numpy_helper
 
 from polyonnx.errors import InputError, ModelError, UnsupportedOpError
+from polyonnx.frontend.dedupe import merge_duplicates
 from polyonnx.frontend.fold import DEFAULT_DOMAINS, Folded, densify, fold_constants, opset_map
 from polyonnx.frontend.graph import AttrValue, Dim, Graph, Node, Value
 
@@ -119,7 +120,8 @@ def load_graph(
 
     ``input_shapes`` pins graph input dims (to specialise models with symbolic dims);
     ``input_values`` turns graph inputs into constants (to specialise on the values of
-    small inputs that decide shapes or axes, e.g. a Reshape's target shape);
+    small inputs that decide shapes or axes, e.g. a Reshape's target shape); equal
+    constants and nodes that compute the same are merged (``dedupe.py``);
     ``supported_ops`` (op types, ``"domain.Op"`` outside the default domain) makes every
     op left after folding that is not in it fail in one :class:`UnsupportedOpError`.
     Bad ``input_shapes`` (unknown input, wrong rank, clash with a static dim) raise
@@ -136,7 +138,7 @@ def load_graph(
     folded = fold_constants(proto, nodes, constants, inputs)
     if supported_ops is not None:
         _check_supported(folded.nodes, supported_ops)
-    return _build_graph(proto, [info.name for info in inputs], folded)
+    return merge_duplicates(_build_graph(proto, [info.name for info in inputs], folded))
 
 
 def _initializers(graph: onnx.GraphProto) -> dict[str, np.ndarray]:

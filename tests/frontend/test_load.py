@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from polyonnx.errors import InputError, ModelError, UnsupportedOpError
 from polyonnx.frontend import Graph, load_graph, load_model
-from polyonnx.frontend.fold import MAX_FOLD_ELEMENTS
+from polyonnx.frontend.fold import MAX_FILL_ELEMENTS, MAX_FOLD_ELEMENTS
 
 F = TensorProto.FLOAT
 I64 = TensorProto.INT64
@@ -465,7 +465,7 @@ def test_random_ops_are_never_folded():
 
 
 def test_huge_outputs_are_not_folded():
-    side = int(np.sqrt(MAX_FOLD_ELEMENTS)) + 1
+    side = int(np.sqrt(MAX_FILL_ELEMENTS)) + 1
     value = numpy_helper.from_array(np.array([0.5], np.float32))
     nodes = [
         helper.make_node("ConstantOfShape", ["big_shape"], ["big"], value=value),
@@ -483,6 +483,27 @@ def test_huge_outputs_are_not_folded():
     assert graph.value("big").shape == (side, side)
     assert graph.constants["z"] == 2.0
     np.testing.assert_array_equal(graph.nodes[0].attr("value"), [0.5])
+
+
+def test_a_weight_filled_by_constant_of_shape_is_folded_above_the_general_limit():
+    """A ConstantOfShape output takes its memory folded or not; folded, it is not filled
+    on every run. Another op's output of that size stays a node."""
+    side = int(np.sqrt(MAX_FOLD_ELEMENTS)) + 1
+    value = numpy_helper.from_array(np.array([0.5], np.float32))
+    nodes = [
+        helper.make_node("ConstantOfShape", ["shape"], ["w"], value=value),
+        helper.make_node("Expand", ["one", "shape"], ["e"]),
+        helper.make_node("MatMul", ["x", "w"], ["y"]),
+        helper.make_node("ReduceSum", ["e"], ["z"], keepdims=0),
+    ]
+    consts = {"shape": np.array([side, side], np.int64), "one": np.ones(1, np.float32)}
+    model = make_model(
+        nodes, [tensor("x", [1, side])], [tensor("y", [1, side]), tensor("z", [])], consts
+    )
+    graph = load_graph(model)
+    assert [n.op_type for n in graph.nodes] == ["Expand", "MatMul", "ReduceSum"]
+    assert graph.constants["w"].shape == (side, side)
+    assert float(graph.constants["w"][-1, -1]) == 0.5
 
 
 # --- graph building ----------------------------------------------------------------------
