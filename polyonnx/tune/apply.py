@@ -66,9 +66,10 @@ class Records:
 
     def schedules(self, program: Program) -> tuple[list[KernelSchedule], dict[str, Trial]]:
         """Each kernel's schedule, and the records used (by kernel name)."""
+        defaults = {k.name: default_schedule(k, program.buffers) for k in program.kernels}
         if not self.databases:
-            return [default_schedule(k, program.buffers) for k in program.kernels], {}
-        hashes = {k.name: structural_hash(k, program) for k in program.kernels}
+            return list(defaults.values()), {}
+        hashes = {k.name: structural_hash(k, program, defaults[k.name]) for k in program.kernels}
         best = self.best(set(hashes.values()))
         schedules, used = [], {}
         for kernel in program.kernels:
@@ -80,7 +81,7 @@ class Records:
                     continue
                 except (ScheduleError, KeyError, TypeError, ValueError) as exc:
                     self._skip(f"record for {kernel.name} does not apply: {exc!r}")
-            schedules.append(default_schedule(kernel, program.buffers))
+            schedules.append(defaults[kernel.name])
         return schedules, used
 
     def _skip(self, reason: str) -> None:

@@ -2,7 +2,10 @@
 
 Two kernels with the same structure (statements, domains, accesses, buffer shapes and
 dtypes — everything but names) compile to the same code, so they are one task, tuned once:
-ResNet-50's 58 kernels are 33 tasks. A task's hash keys its records in the database.
+ResNet-50's 58 kernels are 33 tasks. A task's hash keys its records in the database. The
+hash covers the kernel's default schedule too: a record says how much faster a trace ran
+than the default of its day, so once polyonnx's default for a kernel changes, the records
+measured against the old one no longer apply (they may be slower than the new default).
 
     tasks = model_tasks(program)               # largest first once shares are known
     sub = kernel_program(program, kernel)      # the kernel alone: its reads are inputs
@@ -26,6 +29,8 @@ from polyonnx.krnl.ir import (
     map_loads,
     renamed,
 )
+from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.tree import KernelSchedule
 
 
 @dataclass(frozen=True)
@@ -43,12 +48,15 @@ class Task:
         return self.kernels[0]
 
 
-def structural_hash(kernel: Kernel, program: Program) -> str:
+def structural_hash(kernel: Kernel, program: Program, default: KernelSchedule | None = None) -> str:
     """A hex digest of ``kernel`` with every name replaced by its position: statements
     S0, S1, ... and buffers b0, b1, ... in first-use order, plus each buffer's shape and
-    dtype and whether it is a constant (a constant's values do not change the code)."""
+    dtype and whether it is a constant (a constant's values do not change the code), and
+    its default schedule's tree (``default``, computed when not given)."""
+    if default is None:
+        default = default_schedule(kernel, program.buffers)
     buffers = {name: f"b{i}" for i, name in enumerate(kernel.buffers())}
-    parts = [kernel.op_type]
+    parts = [kernel.op_type, default.tree]
     for i, stmt in enumerate(kernel.statements):
         stmt = renamed(stmt, f"S{i}")
         stmt = dataclasses.replace(

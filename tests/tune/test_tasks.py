@@ -28,6 +28,16 @@ def test_hash_depends_on_shapes_not_names(tmp_path, make_model):
     assert hashes[0] == hashes[1] != hashes[2]
 
 
+def test_hash_changes_with_the_default_schedule(model_path):
+    """Records measured against one default must not apply once the default changes."""
+    program = lower_model(model_path)
+    kernel = program.kernel("mm1")
+    default = default_schedules(program)[[k.name for k in program.kernels].index("mm1")]
+    other = default_schedules(program)[-1]  # another kernel's tree: a different default
+    assert structural_hash(kernel, program) == structural_hash(kernel, program, default)
+    assert structural_hash(kernel, program, other) != structural_hash(kernel, program)
+
+
 def test_kernel_program_matches_the_model(model_path):
     program = lower_model(model_path)
     kernel = program.kernel("mm1")
