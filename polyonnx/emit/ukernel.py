@@ -518,19 +518,28 @@ class _Gemm:
         dst = b.gep(dst_row, [b.sub(b.add(base, w0), jc)], source_etype=F32)
         step = geo.b.coeffs[inner]
         with _loop(b, w0, w1, self.w, "pw") as w:
-            keep = self.below(w, w1)
-            valid = b.and_(keep, b.and_(self.below(w, hi), b.not_(self.below(w, lo))))
-            if step == 1:
-                at = b.gep(src, [b.add(offset, w)], source_etype=F32)
-                value = b.call(self.mload, [at, ir.Constant(I32, 4), valid, self.zero])
-            elif step == 2:
-                value = self._every_other(src, offset, w, valid)
-            else:
-                value = self._gather(src, offset, w, step, valid)
-            b.call(
-                self.mstore,
-                [value, b.gep(dst, [b.sub(w, w0)], source_etype=F32), ir.Constant(I32, 4), keep],
-            )
+            at = b.gep(dst, [b.sub(w, w0)], source_etype=F32)
+            whole = b.icmp_signed("<=", b.add(w, ir.Constant(I64, self.w)), hi)
+            inside = b.and_(b.icmp_signed(">=", w, lo), whole)
+            with b.if_else(inside, likely=True) as (then, otherwise):
+                with then:  # a whole vector of taps inside the image: no masks
+                    everywhere = ir.Constant(self.mask_t, [1] * self.w)
+                    value = self._run_vector(src, offset, w, step, everywhere)
+                    b.store(value, b.bitcast(at, self.vec.as_pointer()), align=4)
+                with otherwise:  # a run's ends: the padding and the block's edge
+                    keep = self.below(w, w1)
+                    valid = b.and_(keep, b.and_(self.below(w, hi), b.not_(self.below(w, lo))))
+                    value = self._run_vector(src, offset, w, step, valid)
+                    b.call(self.mstore, [value, at, ir.Constant(I32, 4), keep])
+
+    def _run_vector(self, src, offset, w, step: int, mask) -> ir.Value:
+        """Lanes l of ``src[offset + step*(w + l)]`` where ``mask``, else 0."""
+        if step == 1:
+            at = self.b.gep(src, [self.b.add(offset, w)], source_etype=F32)
+            return self.b.call(self.mload, [at, ir.Constant(I32, 4), mask, self.zero])
+        if step == 2:
+            return self._every_other(src, offset, w, mask)
+        return self._gather(src, offset, w, step, mask)
 
     def _clip(self, a: int, rest, lo, hi, w1):
         """Narrow [lo, hi) to the w with ``a*w + rest >= 0``."""
