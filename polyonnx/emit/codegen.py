@@ -1,10 +1,12 @@
 """One scheduled kernel → one LLVM function, by walking its isl AST.
 
 Loops become i64 phi loops. A loop under a ``vectorize`` mark is emitted as explicit
-``<W x T>`` code stepping by W, then a scalar loop for the tail. Along the vector loop
+``<W x T>`` code stepping by W, then the tail: one masked vector step when every access
+can be masked (:meth:`_KernelWalker._maskable`), else a scalar loop. Along the vector loop
 each access is classified by its flat stride: 1 → vector load/store, 0 → scalar load and
 splat (or, for a reduction's write, a vector accumulator reduced once after the loop),
-anything else → one scalar access per lane.
+2..MAX_STRIDE (a strided pool's taps) → one load of the span and a shuffle of every
+step-th lane, anything else → one scalar access per lane.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from llvmlite import ir
 
 from polyonnx.emit import ops, smallfloat, threads
 from polyonnx.emit.astgen import Index, Instance, KernelAst, build_ast
-from polyonnx.emit.llvmtypes import I64, PTR, constant, memory_type, splat
+from polyonnx.emit.llvmtypes import I64, PTR, constant, intrinsic, mangle, memory_type, splat
 from polyonnx.emit.smallfloat import SMALL_DTYPES
 from polyonnx.emit.ukernel import Gemm, emit_gemm_call
 from polyonnx.errors import CodegenError
@@ -32,6 +34,8 @@ from polyonnx.krnl.ir import (
     LoadAt,
     Select,
     Unary,
+    children,
+    loads,
     reduce_identity,
 )
 from polyonnx.krnl.islutil import row_major_strides
@@ -40,14 +44,22 @@ from polyonnx.schedule.state import PARALLEL
 from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
 
 Env = dict[str, ir.Value]
+I32 = ir.IntType(32)
+MAX_STRIDE = 4
+"""The longest load step along a vector loop read as one span and a shuffle (stride s
+loads s vectors' worth for one; past that, one access per lane)."""
 
 
 @dataclass(frozen=True)
 class Lanes:
-    """Vector context: the loop iterator whose iterations fill the ``width`` lanes."""
+    """Vector context: the loop iterator whose iterations fill the ``width`` lanes; in a
+    masked tail, ``count`` (i64, 0 < count < width) lanes are active and ``mask`` holds
+    them."""
 
     iterator: str
     width: int
+    count: ir.Value | None = None
+    mask: ir.Value | None = None
 
 
 def emit_kernel(
@@ -326,6 +338,9 @@ class _KernelWalker:
         it.add_incoming(self.b.add(it, ir.Constant(I64, self.width)), self.b.block)
         self.b.branch(header)
         self.b.position_at_end(exit_)
+        if reducing is None and self._maskable(users, name):
+            self.masked_tail(users, inner, lanes, it, last)
+            return
         if reducing is not None:
             total = _horizontal(self.b, reducing.stmt.reduce, acc, dtype)
             address = self.address(reducing, reducing.stmt.write, {**env, name: start})
@@ -334,6 +349,40 @@ class _KernelWalker:
                 address, ops.combine(self.b, reducing.stmt.reduce, old, total, dtype), dtype
             )
         self.loop(node, env, it)
+
+    def _maskable(self, users: list[Instance], name: str) -> bool:
+        """Whether one masked vector step can do the tail: every write contiguous along
+        the loop, every load contiguous, loop-invariant or a short stride, and no
+        computed-index read (whose lanes past the end could not be masked). An update in
+        place (``y[i] += ...``) keeps the scalar tail: on Zen 4 a masked store does not
+        forward to the next masked load of it, and a pool's taps update each row in turn
+        (a 3x3 AveragePool on 14x14 planes ran 2.7x slower masked), unless it reads with
+        a stride, whose scalar tail costs more still."""
+        strided = False
+        for inst in users:
+            if inst.accesses[inst.stmt.write].steps.get(name) != 1:
+                return False
+            if _has_gather(inst.stmt.expr):
+                return False
+            for load in loads(inst.stmt.expr):
+                step = inst.accesses[load.access].steps.get(name)
+                if step is None or not 0 <= step <= MAX_STRIDE:
+                    return False
+                strided = strided or step > 1
+        return strided or all(inst.stmt.reduce is None for inst in users)
+
+    def masked_tail(
+        self, users: list[Instance], env: Env, lanes: Lanes, it: ir.Value, last: ir.Value
+    ) -> None:
+        """The last ``last - it + 1`` (< W) iterations as one vector step whose loads and
+        stores are masked to them."""
+        count = self.b.add(self.b.sub(last, it), ir.Constant(I64, 1))
+        with self.b.if_then(self.b.icmp_signed(">", count, ir.Constant(I64, 0))):
+            iota = ir.Constant(ir.VectorType(I64, lanes.width), list(range(lanes.width)))
+            mask = self.b.icmp_signed("<", iota, splat(self.b, count, lanes.width))
+            tail = Lanes(lanes.iterator, lanes.width, count, mask)
+            for inst in users:
+                self.store(inst, {**env, lanes.iterator: it}, tail)
 
     # ---- statements -------------------------------------------------------------------
 
@@ -356,6 +405,8 @@ class _KernelWalker:
         address = self.address(inst, stmt.write, env)
         if lanes is None:
             self._store_scalar(address, value, dtype)
+        elif step == 1 and lanes.mask is not None:
+            _masked_store(self.b, _to_memory(self.b, value, dtype), address, lanes.mask, dtype)
         elif step == 1:
             self.b.store(_to_memory(self.b, value, dtype), address, align=_align(dtype))
         else:
@@ -440,6 +491,10 @@ class _KernelWalker:
         if lanes is None or step == 0:
             scalar = self._load_scalar(self.address(inst, acc, env), dtype)
             return splat(self.b, scalar, lanes.width) if lanes else scalar
+        if step == 1 and lanes.mask is not None:
+            address = self.address(inst, acc, env)
+            raw = _masked_load(self.b, address, memory_type(dtype, lanes.width), lanes.mask, dtype)
+            return _from_memory(self.b, raw, dtype, lanes.width)
         if step == 1:
             raw = self.b.load(
                 self.address(inst, acc, env),
@@ -447,11 +502,30 @@ class _KernelWalker:
                 align=_align(dtype),
             )
             return _from_memory(self.b, raw, dtype, lanes.width)
+        if step is not None and 1 < step <= MAX_STRIDE:
+            return self.strided_load(self.address(inst, acc, env), dtype, lanes, step)
         values = [
             self._load_scalar(self._lane_address(inst, acc, env, lanes, lane), dtype)
             for lane in range(lanes.width)
         ]
         return _gather_vector(self.b, values)
+
+    def strided_load(self, address: ir.Value, dtype: str, lanes: Lanes, step: int) -> ir.Value:
+        """Lanes ``address[0], address[step], ...``: one masked load of the span from the
+        first lane's element to the last's (nothing past it is touched), then a shuffle of
+        every step-th element (vpermt2ps on AVX-512, instead of W scalar loads)."""
+        wide = step * lanes.width
+        if lanes.count is None:
+            span = step * (lanes.width - 1) + 1
+            mask = ir.Constant(ir.VectorType(ir.IntType(1), wide), [j < span for j in range(wide)])
+        else:  # lanes [0, count) active: elements [0, step * (count - 1)]
+            end = self.b.mul(self.b.sub(lanes.count, ir.Constant(I64, 1)), ir.Constant(I64, step))
+            iota = ir.Constant(ir.VectorType(I64, wide), list(range(wide)))
+            mask = self.b.icmp_signed("<=", iota, splat(self.b, end, wide))
+        raw = _masked_load(self.b, address, memory_type(dtype, wide), mask, dtype)
+        picks = ir.Constant(ir.VectorType(I32, lanes.width), [step * j for j in range(lanes.width)])
+        picked = self.b.shuffle_vector(raw, ir.Constant(raw.type, ir.Undefined), picks)
+        return _from_memory(self.b, picked, dtype, lanes.width)
 
     # ---- addresses --------------------------------------------------------------------
 
@@ -559,6 +633,31 @@ def _to_memory(b: ir.IRBuilder, value: ir.Value, dtype: str) -> ir.Value:
         return value
     width = value.type.count if isinstance(value.type, ir.VectorType) else 1
     return b.zext(value, memory_type("bool", width))
+
+
+def _has_gather(expr: Expr) -> bool:
+    return isinstance(expr, LoadAt) or any(_has_gather(c) for c in children(expr))
+
+
+def _masked_load(
+    b: ir.IRBuilder, address: ir.Value, vec: ir.VectorType, mask: ir.Value, dtype: str
+) -> ir.Value:
+    """``llvm.masked.load``: the masked-off lanes are zero and never touched in memory."""
+    fn = intrinsic(b.module, f"llvm.masked.load.{mangle(vec)}.p0", vec, [PTR, I32, mask.type, vec])
+    zero = ir.Constant(vec, None)
+    return b.call(fn, [address, ir.Constant(I32, _align(dtype)), mask, zero])
+
+
+def _masked_store(
+    b: ir.IRBuilder, value: ir.Value, address: ir.Value, mask: ir.Value, dtype: str
+) -> None:
+    fn = intrinsic(
+        b.module,
+        f"llvm.masked.store.{mangle(value.type)}.p0",
+        ir.VoidType(),
+        [value.type, PTR, I32, mask.type],
+    )
+    b.call(fn, [value, address, ir.Constant(I32, _align(dtype)), mask])
 
 
 def _gather_vector(b: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:

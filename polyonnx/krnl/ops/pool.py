@@ -20,6 +20,15 @@ MaxPool's Indices are found after the max: the smallest row-major flat input ind
 window whose value equals the max (the first in scan order, as onnxruntime picks), turned
 into a column-major index when storage_order=1.
 
+The outputs whose every tap lands inside the input (all of them without padding) skip the
+reduction: one statement computes each from its whole window, the taps unrolled, so the
+output is written once instead of updated tap by tap through memory (:meth:`Pooling.reduce`)::
+
+    S0: Y[n, c, o..] = identity                            (the border outputs only)
+    S1: Y[n, c, o..] <op>= f(X[..tap..])                   (the border outputs only)
+    S2: Y[n, c, o..] = f(X[.. o, k=0 ..]) <op> f(X[.. o, k=1 ..]) <op> ...
+        over lo <= o <= hi                                 (for every spatial axis)
+
 The global pools reduce over every spatial dim with :class:`reduce.Reduction`.
 """
 
@@ -39,6 +48,7 @@ from polyonnx.krnl.lower import LowerContext, lowers
 from polyonnx.krnl.ops.conv import (
     Axis,
     accumulator,
+    affine,
     domain,
     round_into,
     spatial_input,
@@ -48,6 +58,13 @@ from polyonnx.krnl.ops.reduce import identity
 
 Fn = Callable[[Expr], Expr]
 INT64_MAX = int(np.iinfo(np.int64).max)
+MAX_UNROLLED_TAPS = 32
+"""The largest window computed as one unrolled expression per output (a 5x5 window is 25
+taps); bigger windows are reduced tap by tap."""
+MIN_INTERIOR = 0.8
+"""The least share of interior outputs for which the unrolled statement pays: the border
+outputs are then reduced tap by tap, scalar, and on a 7x7 or 14x14 plane with padding 1
+that costs more than the whole plane tap by tap in SIMD rows (Zen 4)."""
 MIN_SEPARATE = 3
 """The fewest taps along the innermost windowed axis for which a separable pool pays
 (2x2 windows run as fast in one pass)."""
@@ -103,9 +120,64 @@ class Pooling:
     def reduce(
         self, out: str, x: Buffer, dtype: str, op: str, f: Fn, first: int
     ) -> list[Statement]:
-        """``out = identity; out <op>= f(x[tap])`` over the window's domain."""
+        """``out = identity; out <op>= f(x[tap])`` over the window's domain: for the
+        interior outputs (:meth:`interior`) as one unrolled expression, for the others
+        tap by tap."""
         every = tuple(range(len(self.axes)))
-        return self.pass_statements(x, out, dtype, op, f, (), every, first)
+        inner = self.interior()
+        if inner is None:
+            return self.pass_statements(x, out, dtype, op, f, (), every, first)
+        border = [
+            f"{o} < {lo} or {o} > {hi}"
+            for o, (lo, hi) in zip(self.out_dims[2:], inner, strict=True)
+            if lo > 0 or hi < self.out_shape[2 + self.out_dims[2:].index(o)] - 1
+        ]
+        stmts: list[Statement] = []
+        if border:
+            stmts = self.pass_statements(x, out, dtype, op, f, (), every, first)
+            s_upd = stmts[1]
+            edge = "(" + " or ".join(border) + ")"
+            window = self.window_domain(s_upd.name)
+            stmts[1] = Statement(
+                s_upd.name, window.replace(" }", f" and {edge} }}"), s_upd.write, s_upd.expr, op
+            )
+        s_in = f"S{first + len(stmts)}"
+        dims = self.out_dims
+        bounds = [f"{lo} <= {o} <= {hi}" for o, (lo, hi) in zip(dims[2:], inner, strict=True)]
+        value: Expr | None = None
+        for taps in np.ndindex(*(a.kernel for a in self.axes)):
+            index = [
+                affine([(a.stride, o)], a.dilation * k - a.pad)
+                for a, o, k in zip(self.axes, dims[2:], taps, strict=True)
+            ]
+            read = kb.load(kb.access(x.name, s_in, dims, ["n", "c", *index]), x.dtype)
+            term = f(kb.cast(read, dtype))
+            value = term if value is None else kb.binary(op, value, term)
+        stmts.append(
+            Statement(
+                s_in,
+                domain(s_in, dims, self.out_shape, bounds),
+                kb.access(out, s_in, dims, dims),
+                value,
+            )
+        )
+        return stmts
+
+    def interior(self) -> list[tuple[int, int]] | None:
+        """Per spatial axis, the outputs ``lo..hi`` whose every tap lands inside the input,
+        or None when an axis has none, they are too few (MIN_INTERIOR) or the window is
+        too big to unroll."""
+        if int(np.prod([a.kernel for a in self.axes])) > MAX_UNROLLED_TAPS:
+            return None
+        found = []
+        for a in self.axes:
+            lo = -(-a.pad // a.stride)  # s*o - p >= 0
+            hi = min(a.out - 1, (a.size - 1 + a.pad - a.dilation * (a.kernel - 1)) // a.stride)
+            if hi < lo:
+                return None
+            found.append((lo, hi))
+        inside = np.prod([hi - lo + 1 for lo, hi in found]) / np.prod(self.out_shape[2:])
+        return found if inside >= MIN_INTERIOR else None
 
     def passes(self) -> list[tuple[int, ...]] | None:
         """The axes each pass of a separable reduction handles, or None for one pass.
@@ -215,7 +287,7 @@ def _window_reduce(
     if pool.covers_input():
         return _flat_reduce(ctx, x, out, dtype, op, f)
     groups = pool.passes()
-    if groups is None:
+    if groups is None or pool.interior() is not None:
         return pool.reduce(out, x, dtype, op, f, 0)
     stmts: list[Statement] = []
     src, done = x, ()
