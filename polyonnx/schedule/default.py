@@ -19,6 +19,7 @@ from polyonnx.krnl.islutil import dim_names, extents
 from polyonnx.schedule import annotate
 from polyonnx.schedule.blocking import blocked_schedule
 from polyonnx.schedule.deps import dependences
+from polyonnx.schedule.depthwise import depthwise_schedule
 from polyonnx.schedule.gemm import (
     Geometry,
     Params,
@@ -45,6 +46,9 @@ def default_schedule(
     gemm = ukernel_schedule(kernel, buffers, lambda geo: _gemm_params(geo, lanes))
     if gemm is not None:
         return gemm
+    depthwise = depthwise_schedule(kernel, buffers, lanes)  # threads: its own
+    if depthwise is not None:
+        return depthwise
     blocked = blocked_schedule(kernel, buffers, lanes)
     if blocked is not None:
         return blocked

@@ -1,0 +1,116 @@
+"""The depthwise schedule (schedule/depthwise.py): which kernels take it, and depthwise
+convolutions against numpy on hypothesis shapes (odd and prime widths, rows wide enough
+for the schedule, strides, pads, dilations, channel multipliers, bias)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from polyonnx.krnl.ir import Buffer
+from polyonnx.schedule.depthwise import depthwise_schedule
+from tests.helpers import check_node, const, fast, sum_tol
+
+
+def reference(x, w, bias, stride, pad, dilation, group):
+    """Grouped 2-D convolution in numpy (zero padding)."""
+    n, _, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (h + 2 * pad - dilation * (kh - 1) - 1) // stride + 1
+    ow = (wd + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
+    y = np.zeros((n, m, oh, ow), np.float64)
+    mg = m // group
+    for oc in range(m):
+        g = oc // mg
+        for ci in range(cg):
+            for i in range(kh):
+                for j in range(kw):
+                    rows = xp[:, g * cg + ci, i * dilation :: stride][:, :oh]
+                    patch = rows[:, :, j * dilation :: stride][:, :, :ow]
+                    y[:, oc] += patch * w[oc, ci, i, j]
+    if bias is not None:
+        y += bias[None, :, None, None]
+    return y.astype(np.float32)
+
+
+@fast(20)
+@given(
+    channels=st.sampled_from([1, 2, 3, 5]),
+    multiplier=st.sampled_from([1, 2]),
+    height=st.sampled_from([1, 2, 5, 7]),
+    width=st.sampled_from([1, 7, 13, 17, 31, 64, 67, 97]),
+    kernel=st.sampled_from([1, 3, 5]),
+    stride=st.sampled_from([1, 2]),
+    pad=st.sampled_from([0, 1, 2]),
+    dilation=st.sampled_from([1, 2]),
+    bias=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_depthwise_conv_matches_numpy(
+    channels, multiplier, height, width, kernel, stride, pad, dilation, bias, seed
+):
+    span = dilation * (kernel - 1) + 1
+    if height + 2 * pad < span or width + 2 * pad < span:
+        return
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, channels, height, width)).astype(np.float32)
+    w = rng.standard_normal((channels * multiplier, 1, kernel, kernel)).astype(np.float32)
+    b = rng.standard_normal(channels * multiplier).astype(np.float32) if bias else None
+    want = reference(x, w, b, stride, pad, dilation, channels)
+    args = [x, const(w)] + ([const(b)] if bias else [])
+    check_node(
+        "Conv", args, want, tol=sum_tol(kernel * kernel), kernel_shape=[kernel, kernel],
+        strides=[stride, stride], pads=[pad] * 4, dilations=[dilation, dilation],
+        group=channels,
+    )  # fmt: skip
+
+
+def _kernel(c_in: int, group: int, width: int, stride: int = 1):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from polyonnx.runtime.compiled import lower_model
+
+    out = (width + 2 - 3) // stride + 1
+    w = np.ones((c_in, c_in // group, 3, 3), np.float32)
+    node = helper.make_node(
+        "Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1] * 4, strides=[stride] * 2,
+        group=group,
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, 8, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c_in, 8, out])],
+        initializer=[numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    program = lower_model(model)
+    (kernel,) = program.kernels
+    return kernel, program.buffers
+
+
+def test_depthwise_schedule_takes_wide_rows():
+    kernel, buffers = _kernel(4, 4, 112)
+    chosen = depthwise_schedule(kernel, buffers, 16)
+    assert chosen is not None
+    assert "isolate" in chosen.tree
+
+
+def test_depthwise_schedule_takes_strided_rows_of_a_vector():
+    kernel, buffers = _kernel(4, 4, 40, stride=2)
+    assert depthwise_schedule(kernel, buffers, 16) is not None
+
+
+def test_depthwise_schedule_leaves_short_rows():
+    kernel, buffers = _kernel(4, 4, 28)
+    assert depthwise_schedule(kernel, buffers, 16) is None
+
+
+def test_depthwise_schedule_leaves_contractions():
+    kernel, buffers = _kernel(4, 1, 112)  # a reduction over input channels
+    assert depthwise_schedule(kernel, buffers, 16) is None
+    kernel, buffers = _kernel(4, 2, 112)  # two input channels per group
+    assert depthwise_schedule(kernel, buffers, 16) is None
+    assert isinstance(next(iter(buffers.values())), Buffer)
