@@ -300,6 +300,31 @@ class _Emitter:
         """``elem`` as a scalar or a vector of the same width as this emitter's type."""
         return elem if self.lanes is None else ir.VectorType(elem, self.lanes)
 
+    # AVX-512 ---------------------------------------------------------------------------
+    def has_scalef(self) -> bool:
+        """Whether ``vscalefps`` can be used: 16 floats on an x86 target with AVX-512F (as
+        emit/module.py records on the module)."""
+        module = self.b.module
+        return (
+            self.fmt is _F32
+            and self.lanes == 16
+            and module.triple.startswith("x86_64")
+            and "+avx512f" in getattr(module, "cpu_features", "").split(",")
+        )
+
+    def scalef(self, a, b):
+        """a 2^floor(b), rounded once (overflow to inf, gradual underflow), NaN kept."""
+        name = "llvm.x86.avx512.mask.scalef.ps.512"
+        i16 = ir.IntType(16)
+        module = self.b.module
+        fn = module.globals.get(name) or ir.Function(
+            module,
+            ir.FunctionType(self.ty, [self.ty, self.ty, self.ty, i16, ir.IntType(32)]),
+            name,
+        )
+        everywhere, current_rounding = ir.Constant(i16, -1), ir.Constant(ir.IntType(32), 4)
+        return self.b.call(fn, [a, b, a, everywhere, current_rounding])
+
     # constants ------------------------------------------------------------------------
     def f(self, value: float) -> ir.Constant:
         return ir.Constant(self.ty, value)
@@ -443,6 +468,8 @@ def _exp(e: _Emitter, x):
     r = e.fma(k, e.f(-fmt.ln2_lo), r)
     q = e.horner(r, tuple(2.0 * c for c in fmt.exp_poly))
     p = e.fma(q, r, e.f(2.0))
+    if e.has_scalef():  # p 2^(k-1) rounded once, in one instruction: the same result
+        return e.scalef(p, e.sub(k, e.f(1.0)))
     scale = e.b.shl(e.as_int(j), e.i(fmt.mant))  # 2^(k-1); wraps below the normal range
     min_normal = e.i(1 << fmt.mant)  # the pattern of 2^(1-bias)
     normal = e.b.select(e.b.icmp_signed(">", scale, min_normal), scale, min_normal)

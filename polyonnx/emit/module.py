@@ -53,6 +53,7 @@ def emit_module(
     then needs :func:`register_profile_symbols`)."""
     module = ir.Module("polyonnx")
     module.triple = target.triple
+    module.cpu_features = target.features  # what emit/mathfn.py may use beyond plain IR
     width = target.lanes(4)
     shared: dict[str, ir.Function] = {}
     kernels = []

@@ -79,6 +79,7 @@ class _Jit:
         mod = ir.Module(name=f"mathfn_{elem}_{lanes}")
         mod.triple = tm.triple
         mod.data_layout = str(tm.target_data)
+        mod.cpu_features = llvm.get_host_cpu_features().flatten()  # 16 floats: vscalefps
         for op in OPS:
             _add_loop(mod, op, elem, lanes, 1, lambda b, x, op=op: emit_math(b, op, x))
         _add_loop(mod, "pow", elem, lanes, 2, emit_pow)
