@@ -12,6 +12,14 @@ The statement becomes
 so the MR x NR accumulator tile stays in vector registers across the reduction loops
 (LLVM promotes it: the loops inside the reduction touch no other part of Y). Contractions
 of at least PARALLEL_WORK multiply-adds also run their outermost loop on threads.
+
+With fewer than MR rows (a matrix-vector product, ``y[j] += a[k] * B[k, j]``, has no I at
+all) each element of B is used once or twice, so reading B is the whole cost, and a column
+strip of every row at a time reads it badly: each row's 256 bytes sit in another page. The
+single reduction dim is then cut into blocks of ROW_BLOCK rows that are read side by side,
+each from start to end (1 x 4096 x 4096: 3.2 ms -> 2.45 ms, numpy 2.47 ms, 1 thread):
+
+    for (outer) / for I_o / for k_o / for J_o / for k_i (unrolled) / for I_i / for J_i (SIMD)
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from polyonnx.schedule.tree import KernelSchedule
 MR = 4
 VECTORS = 4
 MIN_EXTENT = 16
+ROW_BLOCK = 8
 
 
 def blocked_schedule(
@@ -49,18 +58,33 @@ def blocked_schedule(
     extent = dict(zip(dim_names(stmt), extents(stmt), strict=True))
     state = State.original(kernel)
     width = min(VECTORS * lanes, -(-extent[simd] // lanes) * lanes)
-    state, i_o, i_i = split(state, block, min(MR, extent[block]))
+    rows = extent[block] if block is not None else 1
+    if block is not None:
+        state, i_o, i_i = split(state, block, min(MR, rows))
     state, j_o, j_i = split(state, simd, width)
-    state = reorder(state, [*outer, i_o, j_o, *reduced, i_i, j_i])
+    if rows < MR and len(reduced) == 1 and extent[reduced[0]] >= 2 * ROW_BLOCK:
+        # a GEMV (or nearly): B is read once, so read it as DRAM likes, ROW_BLOCK rows
+        # side by side from start to end, not a column strip of every row at a time
+        state, k_o, k_i = split(state, reduced[0], ROW_BLOCK)
+        middle, inner = [k_o, j_o], [k_i]
+    else:
+        middle, inner = [j_o, *reduced], []
+    heads = [i_o] if block is not None else []
+    tiles = [i_i] if block is not None else []
+    state = reorder(state, [*outer, *heads, *middle, *inner, *tiles, j_i])
     deps = dependences(kernel)
     if broken_order(state, deps) is not None:
         return None
     try:
-        state = annotate.unroll(annotate.vectorize(state, deps, j_i), i_i)
+        state = annotate.vectorize(state, deps, j_i)
+        for loop in [*inner, *tiles]:
+            state = annotate.unroll(state, loop)
     except ScheduleError:  # any refusal means: keep the plain default
         return None
-    if math.prod(extents(stmt)) >= PARALLEL_WORK:
-        first = (*outer, i_o)[0]
+    sizes = {**extent, **({i_o: -(-rows // min(MR, rows))} if block is not None else {})}
+    wide = [v for v in (*outer, *heads) if sizes[v] >= 2]
+    if math.prod(extents(stmt)) >= PARALLEL_WORK and wide:
+        first = wide[0]
         # threads for big contractions; small ones would spend more starting them
         with contextlib.suppress(ScheduleError):
             state = annotate.parallel(state, deps, first)
@@ -98,8 +122,6 @@ def _plan(stmt: Statement, buffers: Mapping[str, Buffer], lanes: int):
         if p != j and s not in (0, None) and sizes[p] >= 2
         and flat_stride(vec.access, buffers[vec.access.buffer].shape, p) == 0
     ]  # fmt: skip
-    if not blocks:
-        return None
-    i = blocks[-1]
+    i = blocks[-1] if blocks else None  # none: one row, a matrix-vector product
     outer = [n for p, n in enumerate(names) if p not in (i, j) and n not in reduced]
-    return names[i], names[j], reduced, outer
+    return (names[i] if i is not None else None), names[j], reduced, outer

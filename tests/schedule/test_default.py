@@ -123,3 +123,34 @@ def test_a_batch_one_softmax_is_fused_per_row_block():
     lines = text.splitlines()
     assert lines[0] == "for (int d1 = 0; d1 <= 11; d1++)"
     assert all(line.startswith("  ") for line in lines[1:] if line)
+
+
+@fast(20)
+@given(
+    rows=st.sampled_from((None, 1, 2, 3)),
+    depth=st.sampled_from((16, 17, 31, 64, 100)),
+    cols=st.sampled_from((16, 17, 33, 100)),
+    batch=st.sampled_from((1, 3)),
+    threads=st.sampled_from((1, 2)),
+    seed=seeds,
+)
+def test_a_matrix_vector_product_reads_blocks_of_whole_rows(
+    rows, depth, cols, batch, threads, seed
+):
+    """Fewer than 4 rows (None: a 1-D vector times a matrix): the reduction is cut into
+    blocks of rows read side by side, outside the column loop; results match numpy."""
+    rng = np.random.default_rng(seed)
+    a_shape = (depth,) if rows is None else (batch, rows, depth)
+    out = (cols,) if rows is None else (batch, rows, cols)
+    w = random_array(rng, (depth, cols))
+    node = helper.make_node("MatMul", ["a", "w"], ["y"], name="mm")
+    model = make_model(
+        [node], [value_info("a", F32, a_shape)], [value_info("y", F32, out)], {"w": w}
+    )
+    text = _nest(model)
+    blocks = text.index("for (int k_o = 0;")  # the row blocks, around the column loop
+    assert "+=" not in text[:blocks] and "+=" in text[blocks:]
+    a = random_array(rng, a_shape)
+    got = polyonnx.InferenceSession(model, threads=threads, tuning_db=False).run(None, {"a": a})[0]
+    want = np.matmul(a.astype(np.float64), w.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * depth)
