@@ -122,6 +122,8 @@ def _plan(stmt: Statement, buffers: Mapping[str, Buffer], lanes: int):
         if p != j and s not in (0, None) and sizes[p] >= 2
         and flat_stride(vec.access, buffers[vec.access.buffer].shape, p) == 0
     ]  # fmt: skip
+    if not blocks and steps[operands.index(vec)] != 1:
+        return None  # one row of dot products (a Gemm with transB): the plain default
     i = blocks[-1] if blocks else None  # none: one row, a matrix-vector product
     outer = [n for p, n in enumerate(names) if p not in (i, j) and n not in reduced]
     return (names[i] if i is not None else None), names[j], reduced, outer

@@ -13,6 +13,7 @@ import contextlib
 import math
 from collections.abc import Mapping
 
+from polyonnx.emit.target import host_target
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel
 from polyonnx.krnl.islutil import dim_names, extents
@@ -36,13 +37,16 @@ from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
 
 
 def default_schedule(
-    kernel: Kernel, buffers: Mapping[str, Buffer], lanes: int = 16
+    kernel: Kernel, buffers: Mapping[str, Buffer], lanes: int | None = None
 ) -> KernelSchedule:
-    """A contraction as packed GEMM (schedule/gemm.py), or register-blocked
-    (schedule/blocking.py); a row-wise kernel fused per row (schedule/rows.py); a pooling
-    window around SIMD rows (schedule/stencil.py); otherwise each statement in its own
-    default loop nest (schedule/nest.py). Big kernels of the last three kinds also run
-    their outermost loop on threads."""
+    """For ``lanes`` float32 SIMD lanes (the host's when not given): a contraction as
+    packed GEMM (schedule/gemm.py), a depthwise convolution in SIMD row blocks
+    (schedule/depthwise.py), or register-blocked (schedule/blocking.py); a row-wise kernel
+    fused per row (schedule/rows.py); a pooling window around SIMD rows
+    (schedule/stencil.py); otherwise each statement in its own default loop nest
+    (schedule/nest.py). Big kernels of the last three kinds also run their outermost loop
+    on threads."""
+    lanes = lanes or host_target().lanes(4)
     gemm = ukernel_schedule(kernel, buffers, lambda geo: _gemm_params(geo, lanes))
     if gemm is not None:
         return gemm
