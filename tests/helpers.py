@@ -238,3 +238,29 @@ def axes_of(draw, rank: int, min_size: int = 1):
 def axis_of(rank: int):
     """One axis of a rank-``rank`` tensor, in ``[-rank, rank)``."""
     return st.integers(-rank, rank - 1)
+
+
+def conv2d_reference(x, w, bias, stride: int, pad: int, dilation: int, group: int):
+    """Grouped 2-D convolution in float64 numpy (zero padding, square stride, pad and
+    dilation), bias optional; float32 result."""
+    n, _, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (h + 2 * pad - dilation * (kh - 1) - 1) // stride + 1
+    ow = (wd + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
+    y = np.zeros((n, m, oh, ow), np.float64)
+    mg = m // group
+    for g in range(group):
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[
+                    :, g * cg : (g + 1) * cg,
+                    i * dilation : i * dilation + stride * (oh - 1) + 1 : stride,
+                    j * dilation : j * dilation + stride * (ow - 1) + 1 : stride,
+                ]  # fmt: skip
+                y[:, g * mg : (g + 1) * mg] += np.einsum(
+                    "nchw,mc->nmhw", patch, w[g * mg : (g + 1) * mg, :, i, j]
+                )
+    if bias is not None:
+        y += bias[None, :, None, None]
+    return y.astype(np.float32)

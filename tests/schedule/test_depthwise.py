@@ -10,29 +10,7 @@ from hypothesis import strategies as st
 
 from polyonnx.krnl.ir import Buffer
 from polyonnx.schedule.depthwise import depthwise_schedule
-from tests.helpers import check_node, const, fast, sum_tol
-
-
-def reference(x, w, bias, stride, pad, dilation, group):
-    """Grouped 2-D convolution in numpy (zero padding)."""
-    n, _, h, wd = x.shape
-    m, cg, kh, kw = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    oh = (h + 2 * pad - dilation * (kh - 1) - 1) // stride + 1
-    ow = (wd + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
-    y = np.zeros((n, m, oh, ow), np.float64)
-    mg = m // group
-    for oc in range(m):
-        g = oc // mg
-        for ci in range(cg):
-            for i in range(kh):
-                for j in range(kw):
-                    rows = xp[:, g * cg + ci, i * dilation :: stride][:, :oh]
-                    patch = rows[:, :, j * dilation :: stride][:, :, :ow]
-                    y[:, oc] += patch * w[oc, ci, i, j]
-    if bias is not None:
-        y += bias[None, :, None, None]
-    return y.astype(np.float32)
+from tests.helpers import check_node, const, conv2d_reference, fast, sum_tol
 
 
 @fast(20)
@@ -58,7 +36,7 @@ def test_depthwise_conv_matches_numpy(
     x = rng.standard_normal((1, channels, height, width)).astype(np.float32)
     w = rng.standard_normal((channels * multiplier, 1, kernel, kernel)).astype(np.float32)
     b = rng.standard_normal(channels * multiplier).astype(np.float32) if bias else None
-    want = reference(x, w, b, stride, pad, dilation, channels)
+    want = conv2d_reference(x, w, b, stride, pad, dilation, channels)
     args = [x, const(w)] + ([const(b)] if bias else [])
     check_node(
         "Conv", args, want, tol=sum_tol(kernel * kernel), kernel_shape=[kernel, kernel],

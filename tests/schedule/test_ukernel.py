@@ -15,7 +15,15 @@ from polyonnx.errors import ScheduleError
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.gemm import is_ukernel_mark
-from tests.helpers import fast, make_model, random_array, seeds, sum_tol, value_info
+from tests.helpers import (
+    conv2d_reference,
+    fast,
+    make_model,
+    random_array,
+    seeds,
+    sum_tol,
+    value_info,
+)
 
 F32 = np.float32
 sizes = st.sampled_from((1, 2, 3, 7, 8, 9, 16, 17, 31, 33, 47, 64, 65))
@@ -67,28 +75,6 @@ def test_batched_matmul(batch, m, k, n, seed):
     np.testing.assert_allclose(got, a @ b, **sum_tol(4 * k))
 
 
-def _conv_reference(x, w, bias, stride, pad, dilation, group):
-    n, _, h, wd = x.shape
-    m, cg, kh, kw = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    oh = (h + 2 * pad - dilation * (kh - 1) - 1) // stride + 1
-    ow = (wd + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
-    y = np.zeros((n, m, oh, ow), np.float64)
-    mg = m // group
-    for g in range(group):
-        for i in range(kh):
-            for j in range(kw):
-                patch = xp[
-                    :, g * cg : (g + 1) * cg,
-                    i * dilation : i * dilation + stride * (oh - 1) + 1 : stride,
-                    j * dilation : j * dilation + stride * (ow - 1) + 1 : stride,
-                ]  # fmt: skip
-                y[:, g * mg : (g + 1) * mg] += np.einsum(
-                    "nchw,mc->nmhw", patch, w[g * mg : (g + 1) * mg, :, i, j]
-                )
-    return (y + bias[None, :, None, None]).astype(F32)
-
-
 @fast(15)
 @given(
     c=st.sampled_from((1, 3, 8, 17)),
@@ -110,7 +96,7 @@ def test_conv_with_fused_relu(c, m, hw, k, stride, pad, dilation, group, relu, s
     x = random_array(rng, (1, cin, hw, hw))
     w = random_array(rng, (m, c, k, k))
     bias = random_array(rng, (m,))
-    ref = _conv_reference(x, w, bias, stride, pad, dilation, group)
+    ref = conv2d_reference(x, w, bias, stride, pad, dilation, group)
     nodes = [
         helper.make_node(
             "Conv", ["x", "w", "b"], ["t" if relu else "y"], name="conv",
@@ -157,7 +143,7 @@ def test_conv_bn_add_relu_is_one_kernel_and_matches_numpy():
     assert [kernel.name for kernel in program.kernels] == ["conv"]
     assert not {"c", "bn", "s"} & set(program.buffers)
     x = random_array(np.random.default_rng(2), (1, 16, 9, 9))
-    conv = _conv_reference(x, k["w"], np.zeros(16, F32), 1, 1, 1, 1)
+    conv = conv2d_reference(x, k["w"], np.zeros(16, F32), 1, 1, 1, 1)
     inv = (k["scale"] / np.sqrt(k["var"] + 1e-5))[None, :, None, None]
     want = np.maximum(
         (conv - k["mean"][None, :, None, None]) * inv + k["beta"][None, :, None, None] + x, 0
