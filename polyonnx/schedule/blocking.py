@@ -58,9 +58,11 @@ def blocked_schedule(
     extent = dict(zip(dim_names(stmt), extents(stmt), strict=True))
     state = State.original(kernel)
     width = min(VECTORS * lanes, -(-extent[simd] // lanes) * lanes)
-    rows = extent[block] if block is not None else 1
+    rows, heads, tiles, sizes = 1, [], [], dict(extent)
     if block is not None:
+        rows = extent[block]
         state, i_o, i_i = split(state, block, min(MR, rows))
+        heads, tiles, sizes[i_o] = [i_o], [i_i], -(-rows // min(MR, rows))
     state, j_o, j_i = split(state, simd, width)
     if rows < MR and len(reduced) == 1 and extent[reduced[0]] >= 2 * ROW_BLOCK:
         # a GEMV (or nearly): B is read once, so read it as DRAM likes, ROW_BLOCK rows
@@ -69,8 +71,6 @@ def blocked_schedule(
         middle, inner = [k_o, j_o], [k_i]
     else:
         middle, inner = [j_o, *reduced], []
-    heads = [i_o] if block is not None else []
-    tiles = [i_i] if block is not None else []
     state = reorder(state, [*outer, *heads, *middle, *inner, *tiles, j_i])
     deps = dependences(kernel)
     if broken_order(state, deps) is not None:
@@ -81,7 +81,6 @@ def blocked_schedule(
             state = annotate.unroll(state, loop)
     except ScheduleError:  # any refusal means: keep the plain default
         return None
-    sizes = {**extent, **({i_o: -(-rows // min(MR, rows))} if block is not None else {})}
     wide = [v for v in (*outer, *heads) if sizes[v] >= 2]
     if math.prod(extents(stmt)) >= PARALLEL_WORK and wide:
         first = wide[0]

@@ -223,7 +223,7 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     work = geo.m * geo.n * geo.k
     batches = math.prod(geo.sizes[d] for d in geo.outer)
     split = "none"
-    if work >= PARALLEL_WORK * (10 if batches > 1 else 1):  # else threads over the batch
+    if work >= (BATCHED_SPLIT_WORK if batches > 1 else PARALLEL_WORK):
         split = "cols" if geo.n >= 4 * nr else "rows"
     kc = _even(geo.k, KC, 32)
     nc = _even(geo.n, NC, nr)
@@ -253,6 +253,10 @@ PARALLEL_WORK = 1_000_000
 default. One thread runs the whole range as one chunk, so the split costs nothing there;
 with the worker pool (emit/pool.py) a few microseconds buy the second core: at 2 threads
 light ShuffleNet went 5.5 -> 4.4 ms and SqueezeNet 5.2 -> 4.5 ms against 10M."""
+
+BATCHED_SPLIT_WORK = 10 * PARALLEL_WORK
+"""The same for one GEMM of a batch: below it the GEMM is not split, and the batch loop
+runs on threads instead (attention's per-head products; see _threads_over_batches)."""
 
 
 def _columns(inner: int, a: Affine, c: Affine, sizes) -> tuple[int, ...]:
