@@ -24,6 +24,7 @@ from polyonnx.emit.smallfloat import SMALL_DTYPES
 from polyonnx.emit.ukernel import Gemm, emit_gemm_call
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import (
+    REDUCE_OPS,
     Binary,
     Buffer,
     Cast,
@@ -274,7 +275,7 @@ class _KernelWalker:
         name = node.for_get_iterator().get_id().get_name()
         reductions = [u for u in users if u.accesses[u.stmt.write].steps.get(name) == 0]
         if reductions:
-            return len(users) == 1 and users[0].stmt.reduce in ("add", "mul", "max", "min")
+            return len(users) == 1 and users[0].stmt.reduce in REDUCE_OPS
         return all(u.accesses[u.stmt.write].steps.get(name) is not None for u in users)
 
     def _users(self, node: isl.AstNode) -> list[Instance] | None:

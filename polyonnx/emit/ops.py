@@ -203,7 +203,11 @@ def _safe_div(b: ir.IRBuilder, x: ir.Value, y: ir.Value, dtype: str, fn) -> ir.V
 
 
 def combine(b: ir.IRBuilder, op: str, acc: ir.Value, x: ir.Value, dtype: str) -> ir.Value:
-    """One step of a reduction with operator ``op`` (add, mul, max, min)."""
+    """One step of a reduction with operator ``op`` (add, mul, max, min, max_nnan)."""
+    if op == "max_nnan":
+        if is_float(register_dtype(dtype)):
+            return b.select(b.fcmp_ordered(">", acc, x), acc, x)
+        op = "max"
     return binary(b, op, acc, x, dtype)
 
 

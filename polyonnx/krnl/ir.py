@@ -156,7 +156,10 @@ BINARY_OPS = frozenset(
     }
 )  # fmt: skip
 COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
-REDUCE_OPS = frozenset({"add", "mul", "max", "min"})
+REDUCE_OPS = frozenset({"add", "mul", "max", "min", "max_nnan"})
+"""``max_nnan`` is a float max that may give either operand when one is NaN (one vmaxps;
+``max`` propagates NaN, which costs three more instructions per step). For a reduction
+whose NaN inputs reach the result by another path, as Softmax's do through its sum."""
 
 
 def reduce_identity(op: str, dtype: str) -> float | int | bool:
@@ -167,10 +170,11 @@ def reduce_identity(op: str, dtype: str) -> float | int | bool:
         return True if dtype == "bool" else 1
     if dtype == "bool":
         return op == "min"
+    low = op in ("max", "max_nnan")
     if is_float(dtype):
-        return -np.inf if op == "max" else np.inf
+        return -np.inf if low else np.inf
     info = np.iinfo(np.dtype(register_dtype(dtype)))
-    return int(info.min if op == "max" else info.max)
+    return int(info.min if low else info.max)
 
 
 def loads(expr: Expr) -> list[Load]:

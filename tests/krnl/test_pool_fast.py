@@ -41,7 +41,10 @@ def _reference(x, op, kernel, strides, pads, dilations, ceil_mode, include_pad=F
             c = [o1 * strides[1] + dilations[1] * k for k in range(kernel[1])]
             win = padded[:, :, r][:, :, :, c].reshape(*x.shape[:2], -1)
             if op == "MaxPool":
-                y[:, :, o0, o1] = np.nanmax(win, -1)
+                # padding is NaN here, so fmax skips it; a window wholly in the padding
+                # (possible with dilation) gives -inf, max's identity. onnxruntime gives
+                # -FLT_MAX there and the onnx reference 0: the spec leaves it open.
+                y[:, :, o0, o1] = np.fmax.reduce(win, -1, initial=-np.inf)
             else:
                 n = counted[np.ix_(r, c)].sum()
                 y[:, :, o0, o1] = np.nansum(win, -1) / n

@@ -115,3 +115,28 @@ def test_softmax_long_rows_with_large_and_nan_values(op):
     )[0]
     np.testing.assert_allclose(got[:2], expected[:2], rtol=1e-5, atol=1e-4)
     assert np.isnan(got[2]).all()
+
+
+SPECIALS = st.sampled_from([np.nan, np.inf, -np.inf, 3.0e38, -3.0e38])
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@fast(15)
+@given(
+    rows=st.integers(1, 4),
+    n=st.integers(1, 300),
+    picks=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 299), SPECIALS), max_size=4),
+    seed=seeds,
+)
+def test_softmax_rows_with_nan_and_inf(op, rows, n, picks, seed):
+    """The row max does not propagate NaN (max_nnan); numpy's does. Either way a row with
+    a NaN (or a +inf, whose shift is inf - inf) comes out all NaN, the same rows as numpy."""
+    x = random_array(np.random.default_rng(seed), (rows, n), np.float32, -10, 10)
+    for row, col, value in picks:
+        x[row % rows, col % n] = value
+    log = op == "LogSoftmax"
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = _softmax(x, (1,), log).astype(np.float32)
+    model, _ = node_model(op, [x], [(np.float32, 2)], opset=13)
+    got = polyonnx.InferenceSession(model).run(None, {"x0": x})[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4, equal_nan=True)

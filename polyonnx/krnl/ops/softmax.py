@@ -9,8 +9,10 @@ at ``axis`` (default 1) and normalise over every trailing dim::
     s = 1 / sum y                        s = log(s)
     y = y * s                            y = (x - m) - s
 
-Softmax stores each exp once and multiplies by the reciprocal of the sum; LogSoftmax
-never stores ``x - m``: it recomputes it in the last statement.
+The max need not propagate NaN (``max_nnan``, one vmaxps a step): a NaN in a row makes
+its sum NaN, so every output of that row is NaN whatever the max. Softmax stores each exp
+once and multiplies by the reciprocal of the sum; LogSoftmax never stores ``x - m``: it
+recomputes it in the last statement.
 
 When the normalised axis is the innermost one and long (at least ``2 * LANES_BLOCK``),
 the max and the sum are two-stage: ``LANES_BLOCK`` partial results per row, element
@@ -75,7 +77,7 @@ def lower_softmax(ctx: LowerContext, node: Node) -> None:
     def shifted(stmt: str) -> Expr:
         return kb.binary("sub", red.read(x.name, stmt, dt), at(m, stmt))
 
-    reduce(m, x.name, "max", lambda e, _: e)
+    reduce(m, x.name, "max_nnan", lambda e, _: e)
     if node.op_type == "LogSoftmax":
         reduce(s, x.name, "add", lambda e, row: kb.unary("exp", kb.binary("sub", e, row(m))))
         stmts.append(red.finish(s, name(), dt, lambda e: kb.unary("log", e)))
