@@ -176,6 +176,8 @@ class State:
                 node = node.insert_partial_schedule(shared_band(members, pending))
                 pending = []
             node = node.insert_partial_schedule(shared_band(members, [position]))
+            if _single_valued(members, position):
+                marks = marks - {VECTORIZE, PARALLEL}  # isl emits no loop to mark
             if UNROLL in marks:
                 node = node.band_member_set_ast_loop_type(0, isl.ast_loop_type.unroll)
             for mark in sorted(m for m in marks if m.startswith(UKERNEL)):
@@ -186,6 +188,21 @@ class State:
         if pending:
             node = node.insert_partial_schedule(shared_band(members, pending))
         return node
+
+
+def _single_valued(members, position: int) -> bool:
+    """Whether the loop at ``position`` takes one value for each value of the loops outside
+    it (a split dim of extent 1, say). isl then emits no loop for it, and a mark on it would
+    sit on whatever comes next: a parallel mark right above a reduction loop ran that loop
+    on threads, which raced on the sums."""
+    values = None
+    for stmt, loops in members:
+        times = time_map(stmt, Nest(stmt.name, tuple(loops[: position + 1]))).range()
+        values = times if values is None else values.union(times)
+    relation = isl.Map.from_range(values).move_dims(
+        isl.dim_type.in_, 0, isl.dim_type.out, 0, position
+    )
+    return relation.is_single_valued()
 
 
 def band(stmt: Statement, loops: list[Var]) -> isl.MultiUnionPwAff:

@@ -105,6 +105,25 @@ def test_random_schedules_are_refused_or_exact(case, script):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_parallel_loop_of_one_iteration_does_not_thread_the_loop_below_it():
+    """Found by the test above: tiling n (extent 1) leaves a loop n_i of one iteration right
+    above the reduction loop k0; isl emits no loop for n_i, so its parallel mark sat on k0,
+    and two threads raced on the sums. A mark on a loop of one value is now left out."""
+    model, shapes = CASES["conv"]
+    rng = np.random.default_rng(1)
+    feed = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+    (want,) = po.InferenceSession(model).run(None, feed)
+    prog = po.load(model)
+    s = prog.schedule("k")
+    _apply(s, "tile", 239124, 1)
+    _apply(s, "parallel", 1, 2)
+    assert s.state.marked("n_i", "parallel")
+    session = po.InferenceSession(prog, threads=2)
+    for _ in range(20):  # a race shows in some runs only
+        (got,) = session.run(None, feed)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def _odd_matmul():
     rng = np.random.default_rng(2)
     b = rng.standard_normal((61, 83)).astype(np.float32)
