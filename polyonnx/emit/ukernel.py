@@ -86,7 +86,10 @@ def emit_gemm_call(
     if params.split not in ("rows", "cols"):
         b.call(gemm_fn, [*bases, *whole])
         return
-    step = params.mr if params.split == "rows" else params.nr
+    # columns go to threads a vector at a time: the pool cuts the range into one contiguous
+    # piece per thread, and whole NR tiles split 196 columns (a 14x14 Conv) 128 + 68 over 2
+    # threads, 8 vectors of work against 5; vectors split them 112 + 84, 7 against 6
+    step = params.mr if params.split == "rows" else lanes
     extent = geo.m if params.split == "rows" else geo.n
     body = _chunk_body(b.module, name + ".chunk", gemm_fn, params.split, step, extent, geo)
     with b.goto_block(b.function.entry_basic_block):  # once, not per outer iteration
