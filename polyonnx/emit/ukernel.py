@@ -16,7 +16,9 @@ For one value of the outer dims, ``gemm(A, B, C, i_lo, i_hi, j_lo, j_hi)`` compu
               C tile = acc
 
 Each C element is loaded, gets its products added in k order and is stored, so the result
-is the original loop order's. Split over threads, each thread takes a range of columns
+is the original loop order's; except in a tile's last 1..DOT_COLUMNS columns past whole
+vectors (a 7x7 Conv's 49th), which are dot products along k, summed W at a time and then
+across lanes. Split over threads, each thread takes a range of columns
 (each packs its own B) or of rows (each packs all of B) through polyonnx_parallel_for.
 """
 
@@ -131,6 +133,11 @@ def _chunk_body(module, name, gemm, split, step, extent, geo) -> ir.Function:
     return fn
 
 
+DOT_COLUMNS = 8
+"""A tile's last columns past whole vectors, up to this many, are dot products along k
+(_Gemm.dot_columns) rather than one more vector of FMAs with most lanes idle."""
+
+
 # ---- the GEMM function ----------------------------------------------------------------
 
 
@@ -155,6 +162,10 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
     if params.packb:
         panel = b.alloca(F32, ir.Constant(I64, params.kc * g.ncp), "bp")
         panel.align = 64
+    if not params.packa:  # A in place, contiguous along k: see _Gemm.dot_columns
+        g.kcp = -(-params.kc // lanes) * lanes + lanes
+        g.bt = b.alloca(F32, ir.Constant(I64, DOT_COLUMNS * g.kcp), "bt")
+        g.bt.align = 64
     a_panel = None
     if params.packa:
         rows = -(-params.mc // params.mr) * params.mr
@@ -176,6 +187,19 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
                     cols = _min(b, b.sub(nc, jr), params.nr)
                     masks = g.column_masks(cols)
                     g.b_masks = None if panel is not None else masks
+                    if g.bt is not None:
+                        rest = b.urem(cols, ir.Constant(I64, lanes))
+                        g.dot = b.and_(
+                            b.icmp_signed(">", rest, ir.Constant(I64, 0)),
+                            b.icmp_signed("<=", rest, ir.Constant(I64, DOT_COLUMNS)),
+                        )
+                        if panel is not None:
+                            src, step = b.gep(panel, [jr], source_etype=F32), g.ncp
+                        else:
+                            first = b.add(b.mul(kc, ir.Constant(I64, g.ldb)), b.add(jc, jr))
+                            src, step = b.gep(bmat, [first], source_etype=F32), g.ldb
+                        with b.if_then(g.dot):
+                            g.fill_columns(src, step, b.sub(cols, rest), rest, kcl)
                     with _loop(b, ic, ie, params.mr, "ir") as ir_:
                         a_at = b.gep(a, [kc], source_etype=F32)
                         c_at = b.gep(c, [b.add(jc, jr)], source_etype=F32)
@@ -204,6 +228,10 @@ class _Gemm:
         self.extra: dict = {}
         self.finishing: ir.Value | None = None
         self.b_masks: list[ir.Value] | None = None
+        self.bt: ir.Value | None = None
+        self.kcp = 0
+        self.dot: ir.Value | None = None
+        """Whether this column tile ends in 1..DOT_COLUMNS columns past whole vectors."""
         self.ldb = b_row_stride(geo) or 0
         self.starting: ir.Value | None = None
         self.prologue: Statement | None = None
@@ -258,8 +286,24 @@ class _Gemm:
         """The tile of ``cols`` columns: the NR-wide micro-kernel, or for the last, partial
         tile, one with only the vectors that hold columns (ceil(cols / W)); a 14x14 Conv's
         196 columns are then 13 vectors of work, not 14."""
+        b = self.b
+        if self.dot is None:
+            self._vector_tiles(cols, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed)
+            return
+        with b.if_else(self.dot) as (then, otherwise):
+            with then:  # whole vectors, then the last few columns as dot products
+                whole = b.udiv(cols, ir.Constant(I64, self.w))
+                at = b.mul(whole, ir.Constant(I64, self.w))
+                self._vector_tiles(at, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed, 0)
+                rest = b.sub(cols, at)
+                self.dot_columns(a_at, c_at, ir_, ie, kcl, b.add(col, at), rest, at)
+            with otherwise:
+                self._vector_tiles(cols, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed)
+
+    def _vector_tiles(self, cols, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed, fewest=1):
+        """The micro-kernel on ceil(cols / W) vectors (``fewest`` of them at least)."""
         b, full = self.b, self.nv
-        if full == 1:
+        if full == 1 and fewest == 1:
             self.micro(a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed)
             return
         vectors = b.udiv(b.add(cols, ir.Constant(I64, self.w - 1)), ir.Constant(I64, self.w))
@@ -267,6 +311,8 @@ class _Gemm:
         whole = b.append_basic_block("tile.whole")
         switch = b.switch(vectors, whole)
         in_place = self.b_masks is not None
+        if fewest == 0:
+            switch.add_case(ir.Constant(I64, 0), done)
         for nv in [*range(1, full), full]:
             if nv < full:
                 block = b.append_basic_block(f"tile.v{nv}")
@@ -285,6 +331,15 @@ class _Gemm:
     def micro(self, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed=None) -> None:
         """One MR x NR tile; A read in place (``a_at``: A at column kc), or from its packed
         panel (``packed``: this tile's MR-interleaved rows)."""
+        rows, a_rows, c_rows = self._rows(a_at, c_at, ir_, ie, packed)
+        self._prefetch(c_rows, rows, col)
+        acc = self._initial(c_rows, rows, masks, col)
+        acc = self._k_loop(acc, a_rows, b_at, kcl)
+        self._finish_tile(acc, c_rows, rows, masks, col, ir_, ie)
+
+    def _rows(self, a_at, c_at, ir_, ie, packed):
+        """The tile's rows (past ``ie``: the last row again, computed but not stored), and
+        their A (pointer, step along k) and C pointers."""
         b, p, geo = self.b, self.p, self.geo
         last = b.sub(ie, ir.Constant(I64, 1))
         a_rows, c_rows, rows = [], [], []
@@ -297,9 +352,11 @@ class _Gemm:
             else:
                 a_rows.append((self._at(packed, r), p.mr))
             c_rows.append(b.gep(c_at, [b.mul(row, ir.Constant(I64, geo.ldc))], source_etype=F32))
-        self._prefetch(c_rows, rows, col)
-        acc = self._initial(c_rows, rows, masks, col)
-        acc = self._k_loop(acc, a_rows, b_at, kcl)
+        return rows, a_rows, c_rows
+
+    def _finish_tile(self, acc, c_rows, rows, masks, col, ir_, ie) -> None:
+        """Store the accumulators, through the epilogue on the last K block."""
+        b, p = self.b, self.p
         if not self.epilogue:
             self._store_tile(acc, c_rows, masks, ir_, ie)
             return
@@ -312,6 +369,73 @@ class _Gemm:
                 self._store_tile(done, c_rows, masks, ir_, ie)
             with otherwise:
                 self._store_tile(acc, c_rows, masks, ir_, ie)
+
+    def fill_columns(self, src, step: int, first, rest, kcl) -> None:
+        """Copy B's columns ``first .. first + rest`` of this tile (``src``: its column 0,
+        ``step`` floats from one k to the next) into ``self.bt``, one row per column, each
+        zero-padded to a whole vector past ``kcl``."""
+        b = self.b
+        with _loop(b, ir.Constant(I64, 0), rest, 1, "btj") as j:
+            row = b.gep(self.bt, [b.mul(j, ir.Constant(I64, self.kcp))], source_etype=F32)
+            column = b.gep(src, [b.add(first, j)], source_etype=F32)
+            with _loop(b, ir.Constant(I64, 0), kcl, 1, "btk") as k:
+                at = b.gep(column, [b.mul(k, ir.Constant(I64, step))], source_etype=F32)
+                value = b.load(at, typ=F32, align=4)
+                b.store(value, b.gep(row, [k], source_etype=F32), align=4)
+            end = b.gep(row, [kcl], source_etype=F32)
+            b.store(self.zero, b.bitcast(end, self.vec.as_pointer()), align=4)
+
+    def dot_columns(self, a_at, c_at, ir_, ie, kcl, col, rest, offset) -> None:
+        """The tile's last ``rest`` (< DOT_COLUMNS + 1) columns from column ``col``: each C
+        element a dot product along k of an A row and a B column (copied contiguous into
+        ``self.bt``), W products a step; where a vector of columns would waste W - rest
+        lanes of every FMA (a 7x7 Conv's 49th column took a quarter of the work)."""
+        b, w = self.b, self.w
+        rows, a_rows, c_rows = self._rows(a_at, c_at, ir_, ie, None)
+        one = ir.Constant(self.mask_t, [1] + [0] * (w - 1))
+        full, saved = self.nv, self.b_masks
+        self.nv = 1
+        for j in range(DOT_COLUMNS):
+            with b.if_then(b.icmp_signed("<", ir.Constant(I64, j), rest)):
+                at = b.add(col, ir.Constant(I64, j))
+                c_at_j = [b.gep(c, [b.add(offset, ir.Constant(I64, j))], source_etype=F32)
+                          for c in c_rows]  # fmt: skip
+                column = b.gep(self.bt, [ir.Constant(I64, j * self.kcp)], source_etype=F32)
+                sums = self._dots(a_rows, column, kcl)
+                start = self._initial(c_at_j, rows, [one], at)
+                acc = [[b.fadd(start[r][0], b.insert_element(self.zero, sums[r], _i32(0)))]
+                       for r in range(len(rows))]  # fmt: skip
+                self._finish_tile(acc, c_at_j, rows, [one], at, ir_, ie)
+        self.nv, self.b_masks = full, saved
+
+    def _dots(self, a_rows, column, kcl) -> list[ir.Value]:
+        """Per row, sum over k < kcl of A[row, k] * column[k], W products a step."""
+        b = self.b
+        pre = b.block
+        head = b.append_basic_block("dot.head")
+        body = b.append_basic_block("dot.body")
+        done = b.append_basic_block("dot.exit")
+        b.branch(head)
+        b.position_at_end(head)
+        k = b.phi(I64, "dk")
+        k.add_incoming(ir.Constant(I64, 0), pre)
+        accs = [b.phi(self.vec) for _ in a_rows]
+        for acc in accs:
+            acc.add_incoming(self.zero, pre)
+        b.cbranch(b.icmp_signed("<", k, kcl), body, done)
+        b.position_at_end(body)
+        mask = self.below(k, kcl)
+        bv = b.load(b.bitcast(self._at(column, k), self.vec.as_pointer()), align=4)
+        new = []
+        for (a_row, _), acc in zip(a_rows, accs, strict=True):
+            av = b.call(self.mload, [self._at(a_row, k), ir.Constant(I32, 4), mask, self.zero])
+            new.append(b.call(self.fma, [av, bv, acc]))
+        k.add_incoming(b.add(k, ir.Constant(I64, self.w)), b.block)
+        for acc, value in zip(accs, new, strict=True):
+            acc.add_incoming(value, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        return [_sum_lanes(b, acc) for acc in accs]
 
     def _prefetch(self, c_rows, rows, col) -> None:
         """Ask for the tile's C lines (to write) and its epilogue operands' lines (to read)
@@ -694,6 +818,24 @@ def _floor_div(b: ir.IRBuilder, x: ir.Value, d: int) -> ir.Value:
     q = b.sdiv(x, ir.Constant(I64, d))
     fix = b.icmp_signed("<", b.srem(x, ir.Constant(I64, d)), ir.Constant(I64, 0))
     return b.sub(q, b.zext(fix, I64))
+
+
+def _i32(value: int) -> ir.Constant:
+    return ir.Constant(I32, value)
+
+
+def _sum_lanes(b: ir.IRBuilder, vec: ir.Value) -> ir.Value:
+    """The sum of a vector's lanes, halving it with shuffles."""
+    width = vec.type.count
+    while width > 1:
+        half = width // 2
+        high = b.shuffle_vector(
+            vec, vec, ir.Constant(ir.VectorType(I32, half), list(range(half, width)))
+        )
+        low = b.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(I32, half), list(range(half))))
+        vec = b.fadd(low, high)
+        width = half
+    return b.extract_element(vec, _i32(0))
 
 
 def _round_up(b: ir.IRBuilder, x: ir.Value, multiple: int) -> ir.Value:
