@@ -162,7 +162,9 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
     if params.packb:
         panel = b.alloca(F32, ir.Constant(I64, params.kc * g.ncp), "bp")
         panel.align = 64
-    if not params.packa:  # A in place, contiguous along k: see _Gemm.dot_columns
+    ends = geo.n % lanes  # columns past whole vectors: at N's end, or in every NC block
+    if not params.packa and (0 < ends <= DOT_COLUMNS or params.nc % lanes):
+        # A in place (contiguous along k): see _Gemm.dot_columns
         g.kcp = -(-params.kc // lanes) * lanes + lanes
         g.bt = b.alloca(F32, ir.Constant(I64, DOT_COLUMNS * g.kcp), "bt")
         g.bt.align = 64
@@ -284,35 +286,21 @@ class _Gemm:
 
     def edge_tiles(self, cols, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed) -> None:
         """The tile of ``cols`` columns: the NR-wide micro-kernel, or for the last, partial
-        tile, one with only the vectors that hold columns (ceil(cols / W)); a 14x14 Conv's
-        196 columns are then 13 vectors of work, not 14."""
-        b = self.b
-        if self.dot is None:
-            self._vector_tiles(cols, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed)
-            return
-        with b.if_else(self.dot) as (then, otherwise):
-            with then:  # whole vectors, then the last few columns as dot products
-                whole = b.udiv(cols, ir.Constant(I64, self.w))
-                at = b.mul(whole, ir.Constant(I64, self.w))
-                self._vector_tiles(at, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed, 0)
-                rest = b.sub(cols, at)
-                self.dot_columns(a_at, c_at, ir_, ie, kcl, b.add(col, at), rest, at)
-            with otherwise:
-                self._vector_tiles(cols, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed)
-
-    def _vector_tiles(self, cols, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed, fewest=1):
-        """The micro-kernel on ceil(cols / W) vectors (``fewest`` of them at least)."""
-        b, full = self.b, self.nv
-        if full == 1 and fewest == 1:
+        tile, one with only the vectors that hold columns (ceil(cols / W); a 14x14 Conv's
+        196 columns are then 13 vectors of work, not 14), or where ``self.dot`` says so,
+        the whole vectors and then the last few columns as dot products."""
+        b, w, full = self.b, self.w, self.nv
+        if full == 1 and self.dot is None:
             self.micro(a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed)
             return
-        vectors = b.udiv(b.add(cols, ir.Constant(I64, self.w - 1)), ir.Constant(I64, self.w))
+        vectors = b.udiv(b.add(cols, ir.Constant(I64, w - 1)), ir.Constant(I64, w))
+        if self.dot is not None:
+            vectors = b.select(self.dot, b.udiv(cols, ir.Constant(I64, w)), vectors)
         done = b.append_basic_block("tile.done")
         whole = b.append_basic_block("tile.whole")
         switch = b.switch(vectors, whole)
+        switch.add_case(ir.Constant(I64, 0), done)
         in_place = self.b_masks is not None
-        if fewest == 0:
-            switch.add_case(ir.Constant(I64, 0), done)
         for nv in [*range(1, full), full]:
             if nv < full:
                 block = b.append_basic_block(f"tile.v{nv}")
@@ -327,6 +315,10 @@ class _Gemm:
         self.nv = full
         self.b_masks = masks if in_place else None
         b.position_at_end(done)
+        if self.dot is not None:
+            with b.if_then(self.dot):
+                at = b.mul(vectors, ir.Constant(I64, w))
+                self.dot_columns(a_at, c_at, ir_, ie, kcl, b.add(col, at), b.sub(cols, at), at)
 
     def micro(self, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed=None) -> None:
         """One MR x NR tile; A read in place (``a_at``: A at column kc), or from its packed
@@ -395,17 +387,15 @@ class _Gemm:
         one = ir.Constant(self.mask_t, [1] + [0] * (w - 1))
         full, saved = self.nv, self.b_masks
         self.nv = 1
-        for j in range(DOT_COLUMNS):
-            with b.if_then(b.icmp_signed("<", ir.Constant(I64, j), rest)):
-                at = b.add(col, ir.Constant(I64, j))
-                c_at_j = [b.gep(c, [b.add(offset, ir.Constant(I64, j))], source_etype=F32)
-                          for c in c_rows]  # fmt: skip
-                column = b.gep(self.bt, [ir.Constant(I64, j * self.kcp)], source_etype=F32)
-                sums = self._dots(a_rows, column, kcl)
-                start = self._initial(c_at_j, rows, [one], at)
-                acc = [[b.fadd(start[r][0], b.insert_element(self.zero, sums[r], _i32(0)))]
-                       for r in range(len(rows))]  # fmt: skip
-                self._finish_tile(acc, c_at_j, rows, [one], at, ir_, ie)
+        with _loop(b, ir.Constant(I64, 0), rest, 1, "dj") as j:
+            at = b.add(col, j)
+            c_at_j = [b.gep(c, [b.add(offset, j)], source_etype=F32) for c in c_rows]
+            column = b.gep(self.bt, [b.mul(j, ir.Constant(I64, self.kcp))], source_etype=F32)
+            sums = self._dots(a_rows, column, kcl)
+            start = self._initial(c_at_j, rows, [one], at)
+            acc = [[b.fadd(start[r][0], b.insert_element(self.zero, sums[r], _i32(0)))]
+                   for r in range(len(rows))]  # fmt: skip
+            self._finish_tile(acc, c_at_j, rows, [one], at, ir_, ie)
         self.nv, self.b_masks = full, saved
 
     def _dots(self, a_rows, column, kcl) -> list[ir.Value]:
