@@ -145,7 +145,7 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
     geo, params = gemm.geo, gemm.params
     signature = ir.FunctionType(ir.VoidType(), [PTR] * (3 + len(extra)) + [I64] * 4)
     fn = ir.Function(module, signature, name)
-    for arg in fn.args[:3]:
+    for arg in fn.args[:2]:  # not C: an epilogue operand may share its storage (in place)
         arg.add_attribute("noalias")
     a, bmat, c = fn.args[:3]
     i_lo, i_hi, j_lo, j_hi = fn.args[-4:]
