@@ -153,15 +153,21 @@ class State:
         seq = leaf.insert_sequence(filters)
         for index, name in enumerate(names):
             inner = Nest(name, self.nest(name).loops[depth + 1 :])
-            node = self._insert_nest(seq.child(index).child(0), self.statement(name), inner)
+            node = self._insert_nest(
+                seq.child(index).child(0), self.statement(name), inner, depth + 1
+            )
             seq = node.ancestor(node.get_tree_depth() - seq.get_tree_depth())
         shared = [(self.statement(n), self.nest(n).loops[: depth + 1]) for n in names]
         return self._insert_bands(seq, shared)
 
-    def _insert_nest(self, leaf: isl.ScheduleNode, stmt: Statement, nest: Nest) -> isl.ScheduleNode:
-        return self._insert_bands(leaf, [(stmt, nest.loops)])
+    def _insert_nest(
+        self, leaf: isl.ScheduleNode, stmt: Statement, nest: Nest, shared: int = 0
+    ) -> isl.ScheduleNode:
+        """``nest``'s loops as bands; the statement's first ``shared`` loops are its group's,
+        in bands above ``leaf``."""
+        return self._insert_bands(leaf, [(stmt, nest.loops)], shared)
 
-    def _insert_bands(self, node: isl.ScheduleNode, members) -> isl.ScheduleNode:
+    def _insert_bands(self, node: isl.ScheduleNode, members, shared: int = 0) -> isl.ScheduleNode:
         """Bands above ``node`` from the innermost loop out, for statements that share these
         loops (``members``: (statement, loops) with equal loop names position by position).
         A marked loop gets a band (and mark) of its own; unmarked runs share one band."""
@@ -176,7 +182,8 @@ class State:
                 node = node.insert_partial_schedule(shared_band(members, pending))
                 pending = []
             node = node.insert_partial_schedule(shared_band(members, [position]))
-            if _single_valued(members, position):
+            outer = [(st, self.nest(st.name).loops[:shared] + lp) for st, lp in members]
+            if _single_valued(outer, shared + position):
                 marks = marks - {VECTORIZE, PARALLEL}  # isl emits no loop to mark
             if UNROLL in marks:
                 node = node.band_member_set_ast_loop_type(0, isl.ast_loop_type.unroll)
