@@ -230,6 +230,9 @@ class _Gemm:
         self.extra: dict = {}
         self.finishing: ir.Value | None = None
         self.b_masks: list[ir.Value] | None = None
+        self.whole_rows = geo.m % params.mr == 0 and params.mc % params.mr == 0
+        """Every row tile is whole (MR divides M and MC; thread splits are whole tiles):
+        no clamped rows, no checks before storing them."""
         self.bt: ir.Value | None = None
         self.kcp = 0
         self.dot: ir.Value | None = None
@@ -336,7 +339,9 @@ class _Gemm:
         last = b.sub(ie, ir.Constant(I64, 1))
         a_rows, c_rows, rows = [], [], []
         for r in range(p.mr):
-            row = _min_value(b, b.add(ir_, ir.Constant(I64, r)), last)
+            row = b.add(ir_, ir.Constant(I64, r))
+            if not self.whole_rows:
+                row = _min_value(b, row, last)
             rows.append(row)
             if packed is None:
                 at = b.gep(a_at, [b.mul(row, ir.Constant(I64, geo.lda))], source_etype=F32)
@@ -544,7 +549,7 @@ class _Gemm:
         b, p = self.b, self.p
         for r in range(p.mr):
             store = [(acc[r][v], self._at(c_rows[r], v * self.w), masks[v]) for v in range(self.nv)]
-            if r == 0:
+            if r == 0 or self.whole_rows:
                 self._store_all(store)
                 continue
             inside = b.icmp_signed("<", b.add(ir_, ir.Constant(I64, r)), ie)
