@@ -343,7 +343,7 @@ class _KernelWalker:
             self.masked_tail(users, inner, lanes, it, last)
             return
         if reducing is not None:
-            total = _horizontal(self.b, reducing.stmt.reduce, acc, dtype)
+            total = ops.reduce_lanes(self.b, reducing.stmt.reduce, acc, dtype)
             address = self.address(reducing, reducing.stmt.write, {**env, name: start})
             old = self._load_scalar(address, dtype)
             self._store_scalar(
@@ -670,19 +670,3 @@ def _gather_vector(b: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
 
 def _identity(op: str, dtype: str, width: int) -> ir.Constant:
     return constant(dtype, reduce_identity(op, dtype), width)
-
-
-def _horizontal(b: ir.IRBuilder, op: str, vec: ir.Value, dtype: str) -> ir.Value:
-    """Reduce the lanes of ``vec`` with ``op`` by halving shuffles."""
-    width = vec.type.count
-    undef = ir.Constant(vec.type, ir.Undefined)
-    while width > 1:
-        half = width // 2
-        mask = ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half, width)))
-        low_mask = ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half)))
-        hi = b.shuffle_vector(vec, undef, mask)
-        lo = b.shuffle_vector(vec, undef, low_mask)
-        vec = ops.combine(b, op, lo, hi, dtype)
-        undef = ir.Constant(vec.type, ir.Undefined)
-        width = half
-    return b.extract_element(vec, ir.Constant(ir.IntType(32), 0))

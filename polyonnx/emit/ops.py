@@ -211,6 +211,22 @@ def combine(b: ir.IRBuilder, op: str, acc: ir.Value, x: ir.Value, dtype: str) ->
     return binary(b, op, acc, x, dtype)
 
 
+def reduce_lanes(b: ir.IRBuilder, op: str, vec: ir.Value, dtype: str) -> ir.Value:
+    """Reduce the lanes of ``vec`` with ``op`` by halving shuffles."""
+    width = vec.type.count
+    undef = ir.Constant(vec.type, ir.Undefined)
+    while width > 1:
+        half = width // 2
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half, width)))
+        low_mask = ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half)))
+        hi = b.shuffle_vector(vec, undef, mask)
+        lo = b.shuffle_vector(vec, undef, low_mask)
+        vec = combine(b, op, lo, hi, dtype)
+        undef = ir.Constant(vec.type, ir.Undefined)
+        width = half
+    return b.extract_element(vec, ir.Constant(ir.IntType(32), 0))
+
+
 def cast(b: ir.IRBuilder, x: ir.Value, src: str, dst: str, saturate: bool = True) -> ir.Value:
     """Convert between register values. A cast to a small storage type (bfloat16, float8…)
     rounds to that type here (encode then decode), so the value is exact before a store."""

@@ -430,7 +430,7 @@ class _Gemm:
             acc.add_incoming(value, b.block)
         b.branch(head)
         b.position_at_end(done)
-        return [_sum_lanes(b, acc) for acc in accs]
+        return [ops.reduce_lanes(b, "add", acc, "float32") for acc in accs]
 
     def _prefetch(self, c_rows, rows, col) -> None:
         """Ask for the tile's C lines (to write) and its epilogue operands' lines (to read)
@@ -817,20 +817,6 @@ def _floor_div(b: ir.IRBuilder, x: ir.Value, d: int) -> ir.Value:
 
 def _i32(value: int) -> ir.Constant:
     return ir.Constant(I32, value)
-
-
-def _sum_lanes(b: ir.IRBuilder, vec: ir.Value) -> ir.Value:
-    """The sum of a vector's lanes, halving it with shuffles."""
-    width = vec.type.count
-    while width > 1:
-        half = width // 2
-        high = b.shuffle_vector(
-            vec, vec, ir.Constant(ir.VectorType(I32, half), list(range(half, width)))
-        )
-        low = b.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(I32, half), list(range(half))))
-        vec = b.fadd(low, high)
-        width = half
-    return b.extract_element(vec, _i32(0))
 
 
 def _round_up(b: ir.IRBuilder, x: ir.Value, multiple: int) -> ir.Value:
