@@ -15,6 +15,11 @@ For one value of the outer dims, ``gemm(A, B, C, i_lo, i_hi, j_lo, j_hi)`` compu
               for k: acc += splat(A[r, k]) * Bp[k, jr..]        the last row, unstored)
               C tile = acc
 
+With packb=0, B is not packed but read in place: row by row (a MatMul, a 1x1 Conv), or,
+for a padded stride-1 Conv whose output rows are as long as its input rows, a channel a
+step with the window's taps unrolled, each tap's vectors loaded from the input under masks
+that keep the window inside the image (a direct convolution; no im2col is ever built).
+
 Each C element is loaded, gets its products added in k order and is stored, so the result
 is the original loop order's; except in a tile's last 1..DOT_COLUMNS columns past whole
 vectors (a 7x7 Conv's 49th), which are dot products along k, summed W at a time and then
@@ -32,7 +37,14 @@ from polyonnx.emit import ops, threads
 from polyonnx.emit.llvmtypes import I64, PTR, constant, splat
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import Access, Binary, Cast, Const, Load, Select, Statement, Unary
-from polyonnx.schedule.gemm import Affine, Geometry, Params, b_row_stride, epilogue_loads
+from polyonnx.schedule.gemm import (
+    Affine,
+    Geometry,
+    Params,
+    b_row_stride,
+    b_taps,
+    epilogue_loads,
+)
 
 F32 = ir.FloatType()
 I32 = ir.IntType(32)
@@ -163,7 +175,7 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
         panel = b.alloca(F32, ir.Constant(I64, params.kc * g.ncp), "bp")
         panel.align = 64
     ends = geo.n % lanes  # columns past whole vectors: at N's end, or in every NC block
-    if not params.packa and (0 < ends <= DOT_COLUMNS or params.nc % lanes):
+    if not params.packa and g.taps is None and (0 < ends <= DOT_COLUMNS or params.nc % lanes):
         # A in place (contiguous along k): see _Gemm.dot_columns
         g.kcp = -(-params.kc // lanes) * lanes + lanes
         g.bt = b.alloca(F32, ir.Constant(I64, DOT_COLUMNS * g.kcp), "bt")
@@ -198,7 +210,7 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
                         if panel is not None:
                             src, step = b.gep(panel, [jr], source_etype=F32), g.ncp
                         else:
-                            first = b.add(b.mul(kc, ir.Constant(I64, g.ldb)), b.add(jc, jr))
+                            first = g.b_first(kc, b.add(jc, jr))
                             src, step = b.gep(bmat, [first], source_etype=F32), g.ldb
                         with b.if_then(g.dot):
                             g.fill_columns(src, step, b.sub(cols, rest), rest, kcl)
@@ -207,9 +219,8 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
                         c_at = b.gep(c, [b.add(jc, jr)], source_etype=F32)
                         if panel is not None:
                             b_at = b.gep(panel, [jr], source_etype=F32)
-                        else:  # B in place: row k of the block at B + (kc + k)*ldb + column
-                            first = b.add(b.mul(kc, ir.Constant(I64, g.ldb)), b.add(jc, jr))
-                            b_at = b.gep(bmat, [first], source_etype=F32)
+                        else:  # B in place
+                            b_at = b.gep(bmat, [g.b_first(kc, b.add(jc, jr))], source_etype=F32)
                         packed = None
                         if a_panel is not None:
                             tile = b.sdiv(b.sub(ir_, ic), ir.Constant(I64, params.mr))
@@ -238,6 +249,9 @@ class _Gemm:
         self.dot: ir.Value | None = None
         """Whether this column tile ends in 1..DOT_COLUMNS columns past whole vectors."""
         self.ldb = b_row_stride(geo) or 0
+        self.taps = b_taps(geo) if not params.packb and not self.ldb else None
+        """B read in place from a padded Conv's input, a window of taps a channel."""
+        self.tap_masks: list[list[ir.Value]] = []
         self.starting: ir.Value | None = None
         self.prologue: Statement | None = None
         self.vec = ir.VectorType(F32, lanes)
@@ -267,6 +281,15 @@ class _Gemm:
         self.prefetch = _intrinsic(module, "llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         self.zero = ir.Constant(self.vec, [0.0] * lanes)
         self.lane_ids = ir.Constant(ir.VectorType(I32, lanes), list(range(lanes)))
+
+    def b_first(self, kc: ir.Value, col: ir.Value) -> ir.Value:
+        """Offset of B's element (kc, col) read in place: row k at ``k * ldb``, or with
+        taps, channel ``k // taps`` at ``channel * step`` (kc starts a channel)."""
+        b = self.b
+        if self.taps is None:
+            return b.add(b.mul(kc, ir.Constant(I64, self.ldb)), col)
+        channel = b.udiv(kc, ir.Constant(I64, self.taps.count))
+        return b.add(b.mul(channel, ir.Constant(I64, self.taps.step)), col)
 
     # -- masks ---------------------------------------------------------------------------
 
@@ -329,7 +352,11 @@ class _Gemm:
         rows, a_rows, c_rows = self._rows(a_at, c_at, ir_, ie, packed)
         self._prefetch(c_rows, rows, col)
         acc = self._initial(c_rows, rows, masks, col)
-        acc = self._k_loop(acc, a_rows, b_at, kcl)
+        if self.taps is None:
+            acc = self._k_loop(acc, a_rows, b_at, kcl)
+        else:
+            self.tap_masks = self._tap_masks(col, masks)
+            acc = self._tap_loop(acc, a_rows, b_at, kcl)
         self._finish_tile(acc, c_rows, rows, masks, col, ir_, ie)
 
     def _rows(self, a_at, c_at, ir_, ie, packed):
@@ -571,15 +598,78 @@ class _Gemm:
         b = self.b
         unroll = max(self.p.unroll, 1)
         full = b.sub(kcl, b.srem(kcl, ir.Constant(I64, unroll)))
-        acc = self._acc_loop(acc, ir.Constant(I64, 0), full, unroll, a_rows, b_at, "ku")
-        acc = self._acc_loop(acc, full, kcl, 1, a_rows, b_at, "kt")
-        return acc
 
-    def _acc_loop(self, acc, start, stop, step, a_rows, b_at, name):
+        def ranks(count):
+            def body(cur, k):
+                for u in range(count):
+                    cur = self._rank1(cur, a_rows, b_at, b.add(k, ir.Constant(I64, u)) if u else k)
+                return cur
+
+            return body
+
+        acc = self._acc_loop(acc, ir.Constant(I64, 0), full, unroll, "ku", ranks(unroll))
+        return self._acc_loop(acc, full, kcl, 1, "kt", ranks(1))
+
+    def _tap_loop(self, acc, a_rows, b_at, kcl):
+        """The K loop over a Conv's input read in place: a channel a step, its taps
+        unrolled, each tap's B vectors loaded where its masks say the window is inside the
+        image (and the columns inside the tile)."""
+        b, taps = self.b, self.taps
+        channels = b.udiv(kcl, ir.Constant(I64, taps.count))
+
+        def body(cur, channel):
+            row = b.gep(b_at, [b.mul(channel, ir.Constant(I64, taps.step))], source_etype=F32)
+            first = b.mul(channel, ir.Constant(I64, taps.count))
+            for t, offset in enumerate(taps.offsets):
+                bv = [
+                    b.call(
+                        self.mload,
+                        [
+                            self._at(row, offset + v * self.w),
+                            ir.Constant(I32, 4),
+                            self.tap_masks[t][v],
+                            self.zero,
+                        ],
+                    )
+                    for v in range(self.nv)
+                ]
+                k = b.add(first, ir.Constant(I64, t)) if t else first
+                cur = self._fma_rows(cur, a_rows, k, bv)
+            return cur
+
+        return self._acc_loop(acc, ir.Constant(I64, 0), channels, 1, "kch", body)
+
+    def _tap_masks(self, col: ir.Value, masks: list[ir.Value]) -> list[list[ir.Value]]:
+        """Per tap, per vector of the tile (first column ``col``): the lanes whose input
+        element lies inside the image, and inside the tile (``masks``)."""
+        b, geo, taps = self.b, self.geo, self.taps
+        vec32 = ir.VectorType(I32, self.w)
+        out = [list(masks[: self.nv]) for _ in taps.offsets]
+        for v in range(self.nv):
+            first = b.trunc(b.add(col, ir.Constant(I64, v * self.w)), I32)
+            flat = b.add(splat(b, first, self.w), self.lane_ids)
+            values = {}
+            for d in reversed(geo.cols):
+                size = ir.Constant(vec32, [geo.sizes[d]] * self.w)
+                values[d] = b.urem(flat, size)
+                flat = b.udiv(flat, size)
+            for columns, bounds in zip(taps.columns, taps.bounds, strict=True):
+                part = ir.Constant(vec32, [0] * self.w)
+                for d, coeff in zip(geo.cols, columns, strict=True):
+                    if coeff:
+                        part = b.add(part, b.mul(values[d], ir.Constant(vec32, [coeff] * self.w)))
+                for t, bound in enumerate(bounds):
+                    inside = b.icmp_signed(">=", part, ir.Constant(vec32, [-bound] * self.w))
+                    out[t][v] = b.and_(out[t][v], inside)
+        return out
+
+    def _acc_loop(self, acc, start, stop, step, name, body):
+        """``for k in start..stop by step: acc = body(acc, k)``, the accumulators
+        loop-carried (phis)."""
         b = self.b
         pre = b.block
         head = b.append_basic_block(f"{name}.head")
-        body = b.append_basic_block(f"{name}.body")
+        inner = b.append_basic_block(f"{name}.body")
         done = b.append_basic_block(f"{name}.exit")
         b.branch(head)
         b.position_at_end(head)
@@ -589,12 +679,9 @@ class _Gemm:
         for row, prow in zip(acc, phis, strict=True):
             for value, phi in zip(row, prow, strict=True):
                 phi.add_incoming(value, pre)
-        b.cbranch(b.icmp_signed("<", k, stop), body, done)
-        b.position_at_end(body)
-        cur = [list(row) for row in phis]
-        for u in range(step):
-            kk = b.add(k, ir.Constant(I64, u)) if u else k
-            cur = self._rank1(cur, a_rows, b_at, kk)
+        b.cbranch(b.icmp_signed("<", k, stop), inner, done)
+        b.position_at_end(inner)
+        cur = body([list(row) for row in phis], k)
         k.add_incoming(b.add(k, ir.Constant(I64, step)), b.block)
         for row, prow in zip(cur, phis, strict=True):
             for value, phi in zip(row, prow, strict=True):
@@ -620,6 +707,11 @@ class _Gemm:
                 )
                 for v in range(self.nv)
             ]
+        return self._fma_rows(acc, a_rows, k, bv)
+
+    def _fma_rows(self, acc, a_rows, k, bv):
+        """``acc[r] += splat(A[r, k]) * bv`` for every row r of the tile."""
+        b = self.b
         out = []
         for r, (a_row, step) in enumerate(a_rows):
             at = k if step == 1 else b.mul(k, ir.Constant(I64, step))

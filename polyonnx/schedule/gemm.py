@@ -17,7 +17,9 @@ GEMM) is read as, for every value of its *outer* dims,
 B may be any affine function of (k, n), and the domain may cut the (k, n) box with affine
 constraints (a padded Conv: the taps that fall outside the image): packing B copies a
 (KC x NC) block into a contiguous panel, writing zero where the domain has no point. This
-is implicit GEMM; the packed panel is im2col for one block only.
+is implicit GEMM; the packed panel is im2col for one block only. Where the Conv is
+stride-1 and keeps its rows' length, B can instead be read in place, a window of taps at a
+time under masks (``Taps``, packb=0): no im2col at all.
 
 Schedule: the statement's loops become ``outer.. / m / n.. / k..`` with a ``ukernel`` mark
 above ``m``; the mark carries the parameters (MR, NR, KC, MC, NC, K-unroll, and how the
@@ -225,15 +227,29 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     split = "none"
     if work >= (BATCHED_SPLIT_WORK if batches > 1 else PARALLEL_WORK):
         split = "cols" if geo.n >= 4 * nr else "rows"
-    kc = _even(geo.k, KC, 32)
     nc = _even(geo.n, NC, nr)
-    packb = int(geo.m >= PACK_ROWS or b_row_stride(geo) is None)
+    taps = b_taps(geo)
+    if taps is not None:  # a padded 3x3 Conv: its input in place, no im2col
+        packb = int(geo.m > TAPS_ROWS and geo.n < TAPS_COLUMNS * lanes)
+    else:
+        packb = int(geo.m >= PACK_ROWS or b_row_stride(geo) is None)
+    kc = _even(geo.k, KC, 32 if packb or taps is None else taps.count)
     return Params(mr=mr, nr=nr, kc=kc, mc=64, nc=nc, unroll=4, split=split, packb=packb)
 
 
 PACK_ROWS = 32
 """Rows from which packing B pays for itself by default (each packed element is then
 read by at least 4 register tiles)."""
+
+TAPS_COLUMNS = 16
+TAPS_ROWS = 64
+"""A padded 3x3 Conv reads its input in place from TAPS_COLUMNS vectors of columns, or
+up to TAPS_ROWS rows. Measured 1 thread, packed -> in place: 64->64 at 56x56 2.36 -> 2.17
+ms, 128->128 at 28x28 2.30 -> 2.16; 128->32 at 28x28 0.77 -> 0.55, at 14x14 202 -> 149 us,
+at 7x7 74 -> 51 us; 128->64 at 7x7 108 -> 101 us. But 256->256 at 14x14 2.28 -> 2.31 (in
+light ResNet-50 2.23 -> 2.32), 128->128 at 7x7 173 -> 186 us and 512->512 2.37 -> 2.98 ms:
+a last partial vector wastes lanes (196 columns take 13 vectors, 49 take 4), where packing
+runs the last columns as dot products, which pays once rows enough share the packing."""
 
 
 KC = 512
@@ -423,6 +439,58 @@ def b_row_stride(geo: Geometry) -> int | None:
     return ldb
 
 
+MAX_TAPS = 9
+"""Most taps per channel read in place (a 3x3 window). Each tap is unrolled in the K loop
+with its own masks; LLVM schedules 25 taps' loads so early that the accumulators spill
+(Conv 5x5 128->128 at 28x28: 73 GF/s in place, 94 packed)."""
+
+
+@dataclass(frozen=True)
+class Taps:
+    """B read in place from a padded, stride-1 Conv's input (a direct convolution, no
+    im2col): B's element (k, n) is at ``(k // count) * step + offsets[k % count] + n``,
+    where the window's taps (the trailing K dims, the ones the padding constraints name)
+    are ``count`` per channel, and the output rows are as long as the input rows, so
+    columns are contiguous. Element (k, n) exists where, for each constraint ``i``,
+    ``sum(columns[i][d] * n_d) + bounds[i][k % count] >= 0`` (n_d: the J dims of n)."""
+
+    count: int
+    step: int
+    offsets: tuple[int, ...]
+    columns: tuple[tuple[int, ...], ...]
+    """Per constraint, its coefficient of each J dim (in ``geo.cols`` order)."""
+    bounds: tuple[tuple[int, ...], ...]
+    """Per constraint, per tap: its constant plus its terms in the tap dims."""
+
+
+def b_taps(geo: Geometry) -> Taps | None:
+    """B as :class:`Taps` when it can be read in place that way, else None."""
+    if not geo.constraints or _column_step(geo.b.coeffs, geo) != 1:
+        return None
+    named = {d for coeffs, _ in geo.constraints for d in geo.depth if coeffs[d]}
+    first = next((i for i, d in enumerate(geo.depth) if d in named), len(geo.depth))
+    channels, window = geo.depth[:first], geo.depth[first:]
+    count = math.prod(geo.sizes[d] for d in window)
+    if not window or count > MAX_TAPS:
+        return None
+    step = geo.b.coeffs[channels[-1]] if channels else 0
+    stride = step
+    for d in reversed(channels):
+        if geo.b.coeffs[d] != stride:
+            return None
+        stride *= geo.sizes[d]
+    taps = [()]
+    for d in window:
+        taps = [(*t, v) for t in taps for v in range(geo.sizes[d])]
+    offsets = tuple(sum(geo.b.coeffs[d] * v for d, v in zip(window, t, strict=True)) for t in taps)
+    columns = tuple(tuple(coeffs[d] for d in geo.cols) for coeffs, _ in geo.constraints)
+    bounds = tuple(
+        tuple(const + sum(coeffs[d] * v for d, v in zip(window, t, strict=True)) for t in taps)
+        for coeffs, const in geo.constraints
+    )
+    return Taps(count, step, offsets, columns, bounds)
+
+
 def _check(params: Params, lanes: int, geo: Geometry) -> None:
     problems = []
     if params.nr % lanes or params.nr <= 0:
@@ -432,10 +500,18 @@ def _check(params: Params, lanes: int, geo: Geometry) -> None:
     if params.packb not in (0, 1):
         problems.append(f"packb={params.packb} must be 0 or 1")
     elif params.packb == 0 and b_row_stride(geo) is None:
-        problems.append(
-            "packb=0 needs B contiguous along the columns, evenly strided along k and no "
-            "padding (a 1x1 convolution or a MatMul, not an im2col)"
-        )
+        taps = b_taps(geo)
+        if taps is None:
+            problems.append(
+                "packb=0 needs B contiguous along the columns and evenly strided along k "
+                "(a 1x1 convolution or a MatMul), or a padded stride-1 Conv whose output "
+                "rows are as long as its input rows"
+            )
+        elif params.kc % taps.count:
+            problems.append(
+                f"kc={params.kc}: reading a Conv's input in place (packb=0) takes whole "
+                f"windows, so kc must be a multiple of the {taps.count} taps per channel"
+            )
     if scratch_bytes(params) > SCRATCH_BYTES:
         problems.append(
             f"kc={params.kc}, nc={params.nc}, mc={params.mc}: the packed blocks "

@@ -29,6 +29,7 @@ from polyonnx.krnl.islutil import dim_names, extents
 from polyonnx.schedule.gemm import (
     Geometry,
     b_row_stride,
+    b_taps,
     default_params,
     geometry,
     vector_registers,
@@ -120,16 +121,19 @@ def gemm_space(kernel: Kernel, geo: Geometry, threads: int, lanes: int) -> Space
     base = default_params(geo, lanes, registers)
     nrs = tuple(n for n in (lanes, 2 * lanes, 3 * lanes, 4 * lanes) if n <= _up(geo.n, lanes))
     mrs = tuple(m for m in (1, 2, 4, 6, 8, 10, 12, 14, 16) if m <= geo.m) or (geo.m,)
+    taps = b_taps(geo)
+    window = taps.count if taps is not None else 1  # in place, K blocks are whole windows
+    kcs = tuple(sorted({_up(c, window) for c in (16, 32, 64, 96, 128, 192, 256, 384, 512, 768)}))
     knobs: dict[str, tuple] = {
         "mr": mrs,
         "nr": nrs or (lanes,),
-        "kc": _upto((16, 32, 64, 96, 128, 192, 256, 384, 512, 768), geo.k, base.kc),
+        "kc": _upto(kcs, geo.k, base.kc),
         "mc": _upto((8, 16, 32, 64, 128, 256), geo.m, base.mc),
         "nc": _upto((64, 128, 256, 384, 512, 768, 1024, 2048), geo.n, base.nc),
         "unroll": (1, 2, 4, 8),
         "split": ("none", "rows", "cols") if threads > 1 else ("none",),
         "packa": (0, 1),
-        "packb": (0, 1) if b_row_stride(geo) is not None else (1,),
+        "packb": (0, 1) if b_row_stride(geo) is not None or taps is not None else (1,),
     }
     batches = [geo.dims[d] for d in geo.outer if geo.sizes[d] >= 2]
     knobs["batch_threads"] = (0, 1) if batches and threads > 1 else (0,)

@@ -1,0 +1,151 @@
+"""A padded stride-1 Conv read in place by the micro-kernel (ukernel packb=0 with taps,
+schedule/gemm.py ``b_taps``): no im2col, each tap's vectors loaded under masks that keep
+the window inside the image. Checked against numpy on hypothesis shapes and parameters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import helper
+
+import polyonnx
+from polyonnx.errors import ScheduleError
+from polyonnx.runtime.compiled import lower_model
+from polyonnx.schedule.default import default_schedule
+from tests.helpers import fast, make_model, random_array, seeds, sum_tol, value_info
+
+F32 = np.float32
+
+# (kernel height, width, dilation): "same" padding keeps the output as large as the input
+WINDOWS = ((3, 3, 1), (3, 3, 2), (1, 3, 1), (3, 1, 1), (2, 2, 1), (2, 3, 1))
+
+
+def _same_pads(kh: int, kw: int, dilation: int) -> list[int]:
+    """ONNX pads (top, left, bottom, right) that keep a stride-1 output the input's size."""
+    th, tw = dilation * (kh - 1), dilation * (kw - 1)
+    return [th // 2, tw // 2, th - th // 2, tw - tw // 2]
+
+
+def _reference(x, w, bias, pads, dilation, group):
+    """Grouped stride-1 convolution in float64 numpy, asymmetric zero padding."""
+    n, _, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    out = np.zeros((n, m, h, wd))
+    per = m // group
+    for o in range(m):
+        g = o // per
+        for i in range(kh):
+            for j in range(kw):
+                window = xp[:, g * cg : (g + 1) * cg, i * dilation : i * dilation + h,
+                            j * dilation : j * dilation + wd]  # fmt: skip
+                out[:, o] += np.einsum("nchw,c->nhw", window, w[o, :, i, j])
+    return (out + bias[None, :, None, None]).astype(F32)
+
+
+def _conv_model(x_shape, w, bias, pads, dilation, group, residual: bool):
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "w", "b"], ["c"], name="conv",
+            pads=pads, dilations=[dilation] * 2, group=group,
+        )
+    ]  # fmt: skip
+    inputs = [value_info("x", F32, x_shape)]
+    out_shape = (x_shape[0], w.shape[0], *x_shape[2:])
+    if residual:
+        inputs.append(value_info("r", F32, out_shape))
+        nodes.append(helper.make_node("Add", ["c", "r"], ["s"], name="add"))
+    nodes.append(helper.make_node("Relu", ["s" if residual else "c"], ["y"], name="relu"))
+    return make_model(nodes, inputs, [value_info("y", F32, out_shape)], {"w": w, "b": bias})
+
+
+@fast(30)
+@given(
+    c=st.sampled_from((1, 2, 3, 5, 17)),
+    m=st.sampled_from((2, 3, 8, 9, 33)),
+    h=st.sampled_from((3, 5, 7, 13)),
+    wd=st.sampled_from((3, 7, 16, 17, 31, 33)),
+    window=st.sampled_from(WINDOWS),
+    group=st.sampled_from((1, 2)),
+    residual=st.booleans(),
+    mr=st.sampled_from((1, 3, 8)),
+    nr=st.sampled_from((16, 32, 48)),
+    channels=st.sampled_from((1, 2, 5)),
+    mc=st.sampled_from((1, 5, 64)),
+    nc=st.sampled_from((16, 40, 512)),
+    split=st.sampled_from(("none", "rows", "cols")),
+    packa=st.sampled_from((0, 1)),
+    seed=seeds,
+)
+def test_a_conv_read_in_place_matches_numpy(
+    c, m, h, wd, window, group, residual, mr, nr, channels, mc, nc, split, packa, seed
+):
+    kh, kw, dilation = window
+    m *= group  # m output channels a group
+    rng = np.random.default_rng(seed)
+    x = random_array(rng, (1, c * group, h, wd))
+    w = random_array(rng, (m, c, kh, kw))
+    bias = random_array(rng, (m,))
+    pads = _same_pads(kh, kw, dilation)
+    model = _conv_model(x.shape, w, bias, pads, dilation, group, residual)
+    feed = {"x": x}
+    ref = _reference(x, w, bias, pads, dilation, group)
+    if residual:
+        feed["r"] = random_array(rng, ref.shape)
+        ref = ref + feed["r"]
+    prog = polyonnx.load(model)
+    kc = channels * kh * kw  # whole windows
+    prog.schedule("conv").ukernel(
+        mr=mr, nr=nr, kc=kc, mc=mc, nc=nc, split=split, packa=packa, packb=0
+    )
+    got = polyonnx.InferenceSession(prog, threads=2).run(None, feed)[0]
+    np.testing.assert_allclose(got, np.maximum(ref, 0), **sum_tol(16 * c * kh * kw))
+
+
+def _conv(c, m, hw, k, stride=1, pad=1):
+    out = (hw + 2 * pad - k) // stride + 1
+    w = np.ones((m, c, k, k), F32)
+    node = helper.make_node(
+        "Conv", ["x", "w"], ["y"], name="conv", pads=[pad] * 4, strides=[stride] * 2
+    )
+    x = value_info("x", F32, (1, c, hw, hw))
+    return make_model([node], [x], [value_info("y", F32, (1, m, out, out))], {"w": w})
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        (_conv(8, 16, 9, 3, stride=2), "packb=0 needs B contiguous"),  # rows step 2
+        (_conv(8, 16, 9, 3, pad=0), "packb=0 needs B contiguous"),  # rows 7 of 9 long
+        (_conv(8, 16, 9, 5, pad=2), "packb=0 needs B contiguous"),  # 25 taps
+    ],
+)
+def test_reading_a_conv_in_place_is_refused_where_it_does_not_apply(model, reason):
+    s = polyonnx.load(model).schedule("conv")
+    with pytest.raises(ScheduleError, match=reason):
+        s.ukernel(packb=0)
+    s.ukernel(packb=1)
+
+
+def test_a_conv_read_in_place_takes_whole_windows():
+    s = polyonnx.load(_conv(8, 16, 9, 3)).schedule("conv")
+    with pytest.raises(ScheduleError, match="multiple of the 9 taps"):
+        s.ukernel(packb=0, kc=32)
+    s.ukernel(packb=0, kc=36)
+
+
+@pytest.mark.parametrize(
+    ("c", "m", "hw", "in_place"),
+    [
+        (64, 64, 56, True),  # many columns
+        (128, 32, 7, True),  # few rows: packing B would not pay
+        (512, 512, 7, False),  # 49 columns, many rows: packed, the 49th a dot product
+    ],
+)
+def test_the_default_reads_a_3x3_conv_in_place_where_it_measured_faster(c, m, hw, in_place):
+    program = lower_model(_conv(c, m, hw, 3))
+    (kernel,) = program.kernels
+    tree = default_schedule(kernel, program.buffers).tree
+    assert ("packb0" in tree) == in_place
