@@ -297,3 +297,18 @@ def test_a_batch_of_small_gemms_runs_its_batch_loop_on_threads():
     a, b = random_array(rng, (12, 128, 64)), random_array(rng, (12, 64, 128))
     got = polyonnx.InferenceSession(model, threads=2).run(None, {"a": a, "b": b})[0]
     np.testing.assert_allclose(got, a @ b, **sum_tol(256))
+
+
+@pytest.mark.parametrize(
+    ("model", "in_place"),
+    [
+        (_matmul_model((64, 256), (256, 3136), (64, 3136)), True),  # B 3.2 MB, 64 rows
+        (_matmul_model((256, 64), (64, 3136), (256, 3136)), False),  # B 0.8 MB
+        (_matmul_model((1024, 1024), (1024, 1024), (1024, 1024)), False),  # 1024 rows
+        (_matmul_model((16, 64), (64, 64), (16, 64)), True),  # too few rows to pack for
+    ],
+)
+def test_the_default_reads_b_in_place_where_packing_measured_slower(model, in_place):
+    program = lower_model(model)
+    tree = default_schedule(program.kernels[0], program.buffers).tree
+    assert ("packb0" in tree) == in_place
