@@ -222,19 +222,23 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     and the thread split that needs no duplicated packing."""
     mr = min(8 if registers >= 32 else 6, geo.m)  # a short GEMM: all its rows in one tile
     nr = 2 * lanes
-    work = geo.m * geo.n * geo.k
-    batches = math.prod(geo.sizes[d] for d in geo.outer)
-    split = "none"
-    if work >= (BATCHED_SPLIT_WORK if batches > 1 else PARALLEL_WORK):
-        split = "cols" if geo.n >= 4 * nr else "rows"
-    nc = _even(geo.n, NC, nr)
     taps = b_taps(geo)
     if taps is not None:  # a padded 3x3 Conv: its input in place, no im2col
         packb = int(geo.m > TAPS_ROWS and geo.n < TAPS_COLUMNS * lanes)
     else:
         streamed = geo.m <= STREAM_ROWS and 4 * geo.k * geo.n > STREAM_BYTES
         packb = int((geo.m >= PACK_ROWS and not streamed) or b_row_stride(geo) is None)
-    kc = _even(geo.k, KC, 32 if packb or taps is None else taps.count)
+    kc = _even(geo.k, KC, 32)
+    if taps is not None and not packb:
+        kc = _even(geo.k, TAPS_KC, taps.count)
+        if registers >= 32:
+            mr, nr = min(16, geo.m), lanes
+    work = geo.m * geo.n * geo.k
+    batches = math.prod(geo.sizes[d] for d in geo.outer)
+    split = "none"
+    if work >= (BATCHED_SPLIT_WORK if batches > 1 else PARALLEL_WORK):
+        split = "cols" if geo.n >= 4 * nr else "rows"
+    nc = _even(geo.n, NC, nr)
     return Params(mr=mr, nr=nr, kc=kc, mc=64, nc=nc, unroll=4, split=split, packb=packb)
 
 
@@ -252,15 +256,19 @@ thread in light ResNet-50, packed -> in place: Conv 1x1 256->64 at 56x56 1.02 ->
 (256 rows) 0.93 -> 0.96, 1024->256 at 14x14 (B 0.8 MB) 1.02 -> 1.05, and MatMul
 256x1024x3136 16.8 -> 18.5 ms, 1024^3 20.7 -> 22.9 ms."""
 
-TAPS_COLUMNS = 16
+TAPS_COLUMNS = 8
 TAPS_ROWS = 64
+TAPS_KC = 2304
 """A padded 3x3 Conv reads its input in place from TAPS_COLUMNS vectors of columns, or
-up to TAPS_ROWS rows. Measured 1 thread, packed -> in place: 64->64 at 56x56 2.36 -> 2.17
-ms, 128->128 at 28x28 2.30 -> 2.16; 128->32 at 28x28 0.77 -> 0.55, at 14x14 202 -> 149 us,
-at 7x7 74 -> 51 us; 128->64 at 7x7 108 -> 101 us. But 256->256 at 14x14 2.28 -> 2.31 (in
-light ResNet-50 2.23 -> 2.32), 128->128 at 7x7 173 -> 186 us and 512->512 2.37 -> 2.98 ms:
-a last partial vector wastes lanes (196 columns take 13 vectors, 49 take 4), where packing
-runs the last columns as dot products, which pays once rows enough share the packing."""
+up to TAPS_ROWS rows, with a 16 x W register tile (one B vector and its one mask a tap;
+16 broadcasts of A) and K blocks of up to TAPS_KC (B is not packed, so long blocks cost
+no stack and load C fewer times). Measured 1 thread, packed 8x32 -> in place 16x16:
+64->64 at 56x56 2.25 -> 2.08 ms (onnxruntime 2.13), 128->128 at 28x28 2.30 -> 2.05
+(2.05), 256->256 at 14x14 2.26 -> 2.18 (2.00), 256->256 at 56x56 35.3 -> 33.2 (33.2),
+64->256 at 13x13 0.50 -> 0.46, 128->32 at 28x28 0.77 -> 0.53, 16->64 at 55x55 0.55 ->
+0.51. In place 8x32 took 2.17 ms at 56x56 and 2.16 at 28x28. But 128->128 at 7x7 173 ->
+186 us and 512->512 2.28 -> 2.74 ms: 49 columns take 4 vectors, where packing runs the
+last columns as dot products, which pays once rows enough share the packing."""
 
 
 KC = 512
