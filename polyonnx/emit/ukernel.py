@@ -175,7 +175,7 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
         panel = b.alloca(F32, ir.Constant(I64, params.kc * g.ncp), "bp")
         panel.align = 64
     ends = geo.n % lanes  # columns past whole vectors: at N's end, or in every NC block
-    if not params.packa and g.taps is None and (0 < ends <= DOT_COLUMNS or params.nc % lanes):
+    if not params.packa and (0 < ends <= DOT_COLUMNS or params.nc % lanes):
         # A in place (contiguous along k): see _Gemm.dot_columns
         g.kcp = -(-params.kc // lanes) * lanes + lanes
         g.bt = b.alloca(F32, ir.Constant(I64, DOT_COLUMNS * g.kcp), "bt")
@@ -213,7 +213,10 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
                             first = g.b_first(kc, b.add(jc, jr))
                             src, step = b.gep(bmat, [first], source_etype=F32), g.ldb
                         with b.if_then(g.dot):
-                            g.fill_columns(src, step, b.sub(cols, rest), rest, kcl)
+                            if g.taps is None:
+                                g.fill_columns(src, step, b.sub(cols, rest), rest, kcl)
+                            else:
+                                g.fill_taps(src, b.add(jc, jr), b.sub(cols, rest), rest, kcl)
                     with _loop(b, ic, ie, params.mr, "ir") as ir_:
                         a_at = b.gep(a, [kc], source_etype=F32)
                         c_at = b.gep(c, [b.add(jc, jr)], source_etype=F32)
@@ -408,6 +411,30 @@ class _Gemm:
                 b.store(value, b.gep(row, [k], source_etype=F32), align=4)
             end = b.gep(row, [kcl], source_etype=F32)
             b.store(self.zero, b.bitcast(end, self.vec.as_pointer()), align=4)
+
+    def fill_taps(self, src, col, first, rest, kcl) -> None:
+        """``fill_columns`` for a Conv read in place (``src``: B at this tile's column 0 and
+        this K block's first channel, ``col``: the tile's first column): per channel and
+        tap, one masked load of the vector at column ``first`` (the window outside the
+        image reads 0), its first DOT_COLUMNS lanes stored down the rows of ``self.bt``."""
+        b, taps = self.b, self.taps
+        full, self.nv = self.nv, 1
+        masks = self._tap_masks(b.add(col, first), [self.below(ir.Constant(I64, 0), rest)])
+        self.nv = full
+        channels = b.udiv(kcl, ir.Constant(I64, taps.count))
+        with _loop(b, ir.Constant(I64, 0), channels, 1, "btc") as channel:
+            row = b.gep(src, [b.mul(channel, ir.Constant(I64, taps.step))], source_etype=F32)
+            k0 = b.mul(channel, ir.Constant(I64, taps.count))
+            for t, offset in enumerate(taps.offsets):
+                at = self._at(b.gep(row, [first], source_etype=F32), offset)
+                value = b.call(self.mload, [at, ir.Constant(I32, 4), masks[t][0], self.zero])
+                k = b.add(k0, ir.Constant(I64, t))
+                for j in range(DOT_COLUMNS):  # rows past ``rest`` get zeros, never read
+                    to = b.add(b.mul(ir.Constant(I64, j), ir.Constant(I64, self.kcp)), k)
+                    b.store(b.extract_element(value, _i32(j)), self._at(self.bt, to), align=4)
+        with _loop(b, ir.Constant(I64, 0), rest, 1, "btz") as j:
+            end = b.add(b.mul(j, ir.Constant(I64, self.kcp)), kcl)
+            b.store(self.zero, b.bitcast(self._at(self.bt, end), self.vec.as_pointer()), align=4)
 
     def dot_columns(self, a_at, c_at, ir_, ie, kcl, col, rest, offset) -> None:
         """The tile's last ``rest`` (< DOT_COLUMNS + 1) columns from column ``col``: each C

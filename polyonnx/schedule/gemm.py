@@ -224,7 +224,7 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     nr = 2 * lanes
     taps = b_taps(geo)
     if taps is not None:  # a padded 3x3 Conv: its input in place, no im2col
-        packb = int(geo.m > TAPS_ROWS and geo.n < TAPS_COLUMNS * lanes)
+        packb = 0
     else:
         streamed = geo.m <= STREAM_ROWS and 4 * geo.k * geo.n > STREAM_BYTES
         packb = int((geo.m >= PACK_ROWS and not streamed) or b_row_stride(geo) is None)
@@ -256,19 +256,15 @@ thread in light ResNet-50, packed -> in place: Conv 1x1 256->64 at 56x56 1.02 ->
 (256 rows) 0.93 -> 0.96, 1024->256 at 14x14 (B 0.8 MB) 1.02 -> 1.05, and MatMul
 256x1024x3136 16.8 -> 18.5 ms, 1024^3 20.7 -> 22.9 ms."""
 
-TAPS_COLUMNS = 8
-TAPS_ROWS = 64
 TAPS_KC = 2304
-"""A padded 3x3 Conv reads its input in place from TAPS_COLUMNS vectors of columns, or
-up to TAPS_ROWS rows, with a 16 x W register tile (one B vector and its one mask a tap;
-16 broadcasts of A) and K blocks of up to TAPS_KC (B is not packed, so long blocks cost
-no stack and load C fewer times). Measured 1 thread, packed 8x32 -> in place 16x16:
-64->64 at 56x56 2.25 -> 2.08 ms (onnxruntime 2.13), 128->128 at 28x28 2.30 -> 2.05
-(2.05), 256->256 at 14x14 2.26 -> 2.18 (2.00), 256->256 at 56x56 35.3 -> 33.2 (33.2),
+"""A padded 3x3 Conv reads its input in place, with a 16 x W register tile (one B vector
+and its one mask a tap; 16 broadcasts of A) and K blocks of up to TAPS_KC (B is not
+packed, so long blocks cost no stack and load C fewer times). Measured 1 thread, packed
+8x32 -> in place 16x16: 64->64 at 56x56 2.25 -> 2.08 ms (onnxruntime 2.13), 128->128 at
+28x28 2.30 -> 2.05 (2.05), 256->256 at 56x56 35.3 -> 33.2 (33.2), 256->256 at 14x14 2.26
+-> 2.18 (2.00), 512->512 at 7x7 2.53 -> 2.45 (2.62), 128->128 at 7x7 173 -> 145 us,
 64->256 at 13x13 0.50 -> 0.46, 128->32 at 28x28 0.77 -> 0.53, 16->64 at 55x55 0.55 ->
-0.51. In place 8x32 took 2.17 ms at 56x56 and 2.16 at 28x28. But 128->128 at 7x7 173 ->
-186 us and 512->512 2.28 -> 2.74 ms: 49 columns take 4 vectors, where packing runs the
-last columns as dot products, which pays once rows enough share the packing."""
+0.51. In place 8x32 took 2.17 ms at 56x56 and 2.16 at 28x28."""
 
 
 KC = 512

@@ -137,15 +137,16 @@ def test_a_conv_read_in_place_takes_whole_windows():
 
 
 @pytest.mark.parametrize(
-    ("c", "m", "hw", "in_place"),
+    ("c", "m", "hw", "stride", "in_place"),
     [
-        (64, 64, 56, True),  # many columns
-        (128, 32, 7, True),  # few rows: packing B would not pay
-        (512, 512, 7, False),  # 49 columns, many rows: packed, the 49th a dot product
+        (64, 64, 56, 1, True),
+        (128, 32, 7, 1, True),
+        (512, 512, 7, 1, True),  # 49 columns: the 49th a dot product
+        (64, 128, 56, 2, False),  # strided: im2col, packed
     ],
 )
-def test_the_default_reads_a_3x3_conv_in_place_where_it_measured_faster(c, m, hw, in_place):
-    program = lower_model(_conv(c, m, hw, 3))
+def test_the_default_reads_a_3x3_conv_in_place(c, m, hw, stride, in_place):
+    program = lower_model(_conv(c, m, hw, 3, stride=stride))
     (kernel,) = program.kernels
     tree = default_schedule(kernel, program.buffers).tree
     assert ("packb0" in tree) == in_place
