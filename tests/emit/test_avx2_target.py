@@ -77,3 +77,24 @@ def test_avx2_strided_padded_conv_with_relu_matches_numpy(avx2):
             patch = xp[:, :, i : i + 23 : 2, j : j + 23 : 2]
             want += np.einsum("nchw,mc->nmhw", patch, w[:, :, i, j])
     np.testing.assert_allclose(got, np.maximum(want, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_avx2_conv_read_in_place_matches_numpy(avx2):
+    # 3x3 stride 1 "same": the input is read in place under 8-lane window masks; 23 x 23
+    # = 66 vectors + 1 column, which runs as a dot product
+    rng = np.random.default_rng(2)
+    x = random_array(rng, (1, 8, 23, 23))
+    w = random_array(rng, (24, 8, 3, 3), low=-0.5, high=0.5)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1] * 4)
+    model = make_model(
+        [node], [value_info("x", F32, x.shape)], [value_info("y", F32, (1, 24, 23, 23))], {"w": w}
+    )
+    (schedule,) = default_schedules(lower_model(model), avx2)
+    assert "packb0" in schedule.tree
+    got = _compile(model, avx2).run({"x": x})["y"]
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.zeros((1, 24, 23, 23))
+    for i in range(3):
+        for j in range(3):
+            want += np.einsum("nchw,mc->nmhw", xp[:, :, i : i + 23, j : j + 23], w[:, :, i, j])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
