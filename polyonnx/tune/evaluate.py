@@ -22,9 +22,14 @@ MIN_ROUNDS = 3
 MAX_ROUNDS = 40
 BLOCK = 5
 SECONDS = 3.0
-"""Rounds of BLOCK timed runs of each contender in turn, each block after one untimed
-run (onnxruntime's workers spin for a while after a run and would slow the next one),
-continue until every contender has run this long in all (within the bounds)."""
+"""Rounds of BLOCK timed runs of each contender in turn, each block after WARM seconds
+of untimed runs, continue until every contender has run this long in all (within the
+bounds)."""
+WARM = 0.01
+"""The last contender's idle threads spin for a while after its runs, on the cores this
+one's threads need (polyonnx's pool for ~2 ms; onnxruntime's likewise): a Conv that runs
+in 0.27 ms on 2 threads measured 0.54 ms, its 1-thread time, right after onnxruntime's
+turn. Untimed runs for this long let them sleep and wake this contender's own."""
 
 
 def model_latency(
@@ -55,7 +60,10 @@ def model_latency(
         rounds < MIN_ROUNDS or min(sum(t) for t in times.values()) < seconds
     ):
         for name, run in contenders.items():
-            run()  # not timed: the others' threads may still be spinning down
+            start = time.perf_counter()
+            run()  # not timed: the others' threads may still be spinning
+            while time.perf_counter() - start < WARM:
+                run()
             for _ in range(BLOCK):
                 start = time.perf_counter()
                 run()
