@@ -30,6 +30,9 @@ LIBC_FUNCTIONS = (
     "syscall",
     "usleep",
     "sched_yield",
+    "sched_getcpu",
+    "sched_getaffinity",
+    "sched_setaffinity",
 )
 
 
