@@ -20,14 +20,6 @@ whole ShuffleNet convolution; pool workers are started once, on first need.
 - One job at a time: a call that finds the pool busy (a parallel loop inside a parallel
   loop, or a second Python thread) runs its range serially on its own thread.
 - A forked child (its pid differs from the one that started the workers) starts its own.
-- **Sleeping workers are woken off the caller's core.** Woken by a futex, Linux may
-  queue a worker on the waker's core, and neither then leaves, since the caller never
-  blocks (it runs every chunk the worker is too late for). This VM kept both threads on
-  one core for seconds: a Conv that takes 0.27 ms on 2 threads ran in 0.51 ms, or 2.2
-  ms where the worker held a chunk. So before waking sleepers the caller limits the
-  workers to its own allowed cores minus the one it runs on (each worker records its
-  thread id at start). Steering at every job instead, wherever the caller's core
-  changed, measured worse.
 """
 
 from __future__ import annotations
@@ -50,9 +42,6 @@ VOID = ir.VoidType()
 BODY_TYPE = ir.FunctionType(VOID, [PTR, I64, I64])
 FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98, "riscv64": 98, "powerpc64le": 221}
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
-GETTID_SYSCALL = {"x86_64": 186, "aarch64": 178, "riscv64": 178, "powerpc64le": 207}
-CPU_SET_WORDS = 16
-"""cpu_set_t: 1024 CPUs, 16 64-bit words."""
 
 
 def pool_module(triple: str) -> ir.Module:
@@ -82,8 +71,6 @@ class _Pool:
         self.job_lo = self._global("job.lo", I64, 0)
         self.job_hi = self._global("job.hi", I64, 0)
         self.job_size = self._global("job.size", I64, 0)
-        tids = ir.ArrayType(I32, MAX_WORKERS)
-        self.tids = self._global("tids", tids, [0] * MAX_WORKERS)  # 0: not started yet
         fn = ir.Function
         self.create = fn(module, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), "pthread_create")
         self.attr_init = fn(module, ir.FunctionType(I32, [PTR]), "pthread_attr_init")
@@ -93,10 +80,6 @@ class _Pool:
         self.syscall = fn(module, ir.FunctionType(I64, [I64], var_arg=True), "syscall")
         self.usleep = fn(module, ir.FunctionType(I32, [I32]), "usleep")
         self.sched_yield = fn(module, ir.FunctionType(I32, []), "sched_yield")
-        self.getcpu = fn(module, ir.FunctionType(I32, []), "sched_getcpu")
-        affinity = ir.FunctionType(I32, [I32, I64, PTR])
-        self.get_affinity = fn(module, affinity, "sched_getaffinity")
-        self.set_affinity = fn(module, affinity, "sched_setaffinity")
 
     def _global(self, name: str, typ: ir.Type, value) -> ir.GlobalVariable:
         var = ir.GlobalVariable(self.module, typ, f"polyonnx_pool.{name}")
@@ -124,7 +107,6 @@ class _Pool:
         with b.if_then(b.icmp_signed("!=", pid, b.load(self.pid, typ=I32)), likely=False):
             for var in (self.lock, self.sleepers):  # a forked child: no workers, no job
                 b.store(ir.Constant(I32, 0), var)
-            b.store(ir.Constant(self.tids.value_type, [0] * MAX_WORKERS), self.tids)
             b.store(ir.Constant(I64, 0), self.workers)
             b.store(pid, self.pid)
         free, busy = ir.Constant(I32, 0), ir.Constant(I32, 1)
@@ -146,7 +128,6 @@ class _Pool:
         b.atomic_rmw("add", self.wakeups, ir.Constant(I32, 1), "seq_cst")
         sleeping = b.load_atomic(self.sleepers, "seq_cst", 4, typ=I32)
         with b.if_then(b.icmp_signed(">", sleeping, ir.Constant(I32, 0)), likely=False):
-            self._steer_workers(b)
             self._futex(b, FUTEX_WAKE_PRIVATE, ir.Constant(I32, 0x7FFFFFFF))
         self._claim_chunks(b)
         self._wait_for(b, chunks)
@@ -168,48 +149,13 @@ class _Pool:
         b.position_at_end(grow)
         b.call(self.attr_init, [attr])
         b.call(self.attr_stack, [attr, ir.Constant(I64, STACK_BYTES)])
-        rc = b.call(self.create, [tid, attr, worker, b.inttoptr(have, PTR)])  # its index
+        rc = b.call(self.create, [tid, attr, worker, ir.Constant(PTR, None)])
         b.call(self.attr_destroy, [attr])
         started = b.icmp_signed("==", rc, ir.Constant(I32, 0))
         with b.if_then(started):
             b.store(b.add(have, ir.Constant(I64, 1)), self.workers)
         b.cbranch(started, head, done)
         b.position_at_end(done)
-
-    def _steer_workers(self, b: ir.IRBuilder) -> None:
-        """Allow every worker that has recorded its thread id the caller's cores but the
-        one it runs on (where that leaves any)."""
-        if self.arch not in GETTID_SYSCALL:
-            return
-        words = ir.Constant(I64, CPU_SET_WORDS)
-        with b.goto_entry_block():
-            mask = b.alloca(I64, words, name="cpus")
-        cpu = b.call(self.getcpu, [])
-        known = b.and_(
-            b.icmp_signed(">=", cpu, ir.Constant(I32, 0)),
-            b.icmp_signed("<", cpu, ir.Constant(I32, 64 * CPU_SET_WORDS)),
-        )
-
-        with b.if_then(known):
-            size = ir.Constant(I64, 8 * CPU_SET_WORDS)
-            got = b.call(self.get_affinity, [ir.Constant(I32, 0), size, mask])
-            with b.if_then(b.icmp_signed("==", got, ir.Constant(I32, 0))):
-                word = b.gep(
-                    mask, [b.zext(b.lshr(cpu, ir.Constant(I32, 6)), I64)], source_etype=I64
-                )
-                bit = b.shl(ir.Constant(I64, 1), b.zext(b.and_(cpu, ir.Constant(I32, 63)), I64))
-                b.store(b.and_(b.load(word, typ=I64), b.not_(bit)), word)
-                rest = ir.Constant(I64, 0)
-                for w in range(CPU_SET_WORDS):
-                    rest = b.or_(
-                        rest, b.load(b.gep(mask, [ir.Constant(I64, w)], source_etype=I64), typ=I64)
-                    )
-                with b.if_then(b.icmp_unsigned("!=", rest, ir.Constant(I64, 0))):
-                    for k in range(MAX_WORKERS):
-                        at = b.gep(self.tids, [ir.Constant(I32, 0), ir.Constant(I32, k)])
-                        tid = b.load_atomic(at, "acquire", 4, typ=I32)
-                        with b.if_then(b.icmp_signed("!=", tid, ir.Constant(I32, 0))):
-                            b.call(self.set_affinity, [tid, size, mask])
 
     def _wait_for(self, b: ir.IRBuilder, chunks: ir.Value) -> None:
         """Wait until ``chunks`` chunks are done: spin, and after SPINS pauses yield the core
@@ -243,12 +189,6 @@ class _Pool:
         fn.linkage = "internal"
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         spins = b.alloca(I32, name="spins")
-        number = GETTID_SYSCALL.get(self.arch)
-        if number is not None:  # record this worker's thread id (_steer_workers)
-            tid = b.trunc(b.call(self.syscall, [ir.Constant(I64, number)]), I32)
-            index = b.ptrtoint(fn.args[0], I64)
-            at = b.gep(self.tids, [ir.Constant(I64, 0), index])
-            b.store_atomic(tid, at, "release", 4)
         names = ("work", "wait", "spin", "sleep")
         work, wait, spin, sleep = (fn.append_basic_block(n) for n in names)
         b.branch(work)

@@ -30,9 +30,6 @@ LIBC_FUNCTIONS = (
     "syscall",
     "usleep",
     "sched_yield",
-    "sched_getcpu",
-    "sched_getaffinity",
-    "sched_setaffinity",
 )
 
 

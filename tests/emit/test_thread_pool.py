@@ -145,21 +145,3 @@ def test_a_forked_child_starts_its_own_workers(program):
         os.waitpid(pid, 0)
         pytest.fail("the forked child hung in a parallel loop")
     assert os.waitstatus_to_exitcode(status) == 0
-
-
-@pytest.mark.skipif(
-    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
-    reason="needs two cores this process may use",
-)
-def test_a_sleeping_worker_is_woken_off_the_callers_core(program):
-    from polyonnx.emit.threads import pool_runtime
-
-    program.run(64, 0, 64, 2)  # a worker exists and has recorded its thread id
-    address = pool_runtime()._engine.get_global_value_address("polyonnx_pool.tids")
-    tid = ctypes.c_int32.from_address(address).value
-    assert tid > 0
-    threading.Event().wait(0.05)  # idle long enough for the worker to sleep
-    allowed = os.sched_getaffinity(0)
-    np.testing.assert_array_equal(program.run(64, 0, 64, 2), _expected(64, 0, 64))
-    steered = os.sched_getaffinity(tid)
-    assert steered < allowed and len(steered) == len(allowed) - 1  # all but one core
