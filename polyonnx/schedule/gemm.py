@@ -222,17 +222,15 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     and the thread split that needs no duplicated packing."""
     mr = min(8 if registers >= 32 else 6, geo.m)  # a short GEMM: all its rows in one tile
     nr = 2 * lanes
+    kc = _even(geo.k, KC, 32)
     taps = b_taps(geo)
     if taps is not None:  # a padded 3x3 Conv: its input in place, no im2col
-        packb = 0
+        packb, kc = 0, _even(geo.k, TAPS_KC, taps.count)
+        if registers >= 32:
+            mr, nr = min(16, geo.m), lanes
     else:
         streamed = geo.m <= STREAM_ROWS and 4 * geo.k * geo.n > STREAM_BYTES
         packb = int((geo.m >= PACK_ROWS and not streamed) or b_row_stride(geo) is None)
-    kc = _even(geo.k, KC, 32)
-    if taps is not None and not packb:
-        kc = _even(geo.k, TAPS_KC, taps.count)
-        if registers >= 32:
-            mr, nr = min(16, geo.m), lanes
     work = geo.m * geo.n * geo.k
     batches = math.prod(geo.sizes[d] for d in geo.outer)
     split = "none"
