@@ -12,6 +12,7 @@ A model compiled with ``profile=True`` times every kernel call inside the native
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -101,6 +102,12 @@ def compile_program(
     return CompiledModel(program, tuple(schedules), layout, jit, tuple(symbols), profile)
 
 
+POISON = "POLYONNX_POISON_ARENA"
+"""When set, intermediates' memory starts as 0xff bytes, not as whatever the allocator
+returns (fresh pages are zero): a kernel that reads a temp before writing it then gives
+NaN, where zeros could pass for a correct result. The tests set it."""
+
+
 @dataclass(frozen=True)
 class KernelProfile:
     """The calls of one kernel in a profiling build, summed over every run since the
@@ -143,6 +150,8 @@ class CompiledModel:
     def __post_init__(self) -> None:
         self._entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self.jit.address(ENTRY))
         self._arena = np.empty(max(self.layout.arena_bytes, 64) + 64, dtype=np.uint8)
+        if os.environ.get(POISON):  # every byte 0xff: NaN in floats, -1 in ints
+            self._arena.fill(0xFF)
         arena_ptr = (self._arena.ctypes.data + 63) // 64 * 64
         self._slots = (ctypes.c_void_p * len(self.layout.slots))()
         for i, name in enumerate(self.layout.slots):
