@@ -430,6 +430,9 @@ class _KernelWalker:
         if isinstance(expr, Unary):
             x = self.value(expr.x, inst, env, lanes)
             return ops.unary(self.b, expr.op, x, expr.x.dtype, expr.dtype)
+        if isinstance(expr, Binary) and expr.op in ("max", "min"):
+            operands = [self.value(x, inst, env, lanes) for x in _extremum_operands(expr)]
+            return ops.extremum(self.b, expr.op, operands, expr.a.dtype)
         if isinstance(expr, Binary):
             a = self.value(expr.a, inst, env, lanes)
             c = self.value(expr.b, inst, env, lanes)
@@ -670,3 +673,13 @@ def _gather_vector(b: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
 
 def _identity(op: str, dtype: str, width: int) -> ir.Constant:
     return constant(dtype, reduce_identity(op, dtype), width)
+
+
+def _extremum_operands(expr: Binary) -> list[Expr]:
+    """The operands of a tree of one max (or min) over one dtype: ``max(max(a, b), c)``
+    gives [a, b, c]."""
+    found = []
+    for x in (expr.a, expr.b):
+        same = isinstance(x, Binary) and x.op == expr.op and x.a.dtype == expr.a.dtype
+        found += _extremum_operands(x) if same else [x]
+    return found

@@ -437,6 +437,25 @@ def test_variadic(op, dtype, data, seed):
     check_node(op, xs, expected)
 
 
+@pytest.mark.parametrize("op", ["Max", "Min"])
+@fast(15)
+@given(data=st.data(), seed=seeds)
+def test_variadic_extremum_with_nan_and_inf(op, data, seed):
+    """3 to 5 operands take one tree of plain compare-selects plus a NaN check two
+    operands at a time (emit/ops.py:extremum): a NaN in any operand, at any position,
+    still gives NaN, and infinities order as numbers."""
+    n = data.draw(st.integers(3, 5), label="n")
+    input_shapes = data.draw(broadcast_shapes(n), label="shapes")
+    rng = np.random.default_rng(seed)
+    xs = [random_array(rng, s, np.float32, -20, 20) for s in input_shapes]
+    for x in xs:
+        if x.size:
+            flat = x.reshape(-1)
+            picks = rng.integers(0, x.size, size=rng.integers(0, 3))
+            flat[picks] = rng.choice([np.nan, np.inf, -np.inf], size=len(picks))
+    check_node(op, xs, np.asarray(VARIADIC[op](xs)).astype(np.float32))
+
+
 @fast(20)
 @given(
     input_shapes=broadcast_shapes(3),
