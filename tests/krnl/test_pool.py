@@ -407,8 +407,9 @@ def strided_cases(draw):
 @fast(30)
 @given(case=strided_cases(), include_pad=st.sampled_from([0, 1]), seed=seeds)
 def test_separable_pools(case, include_pad, seed):
-    """Strided windows reduce axis by axis through temps; the default and the stencil
-    schedule both match the reference, MaxPool's Indices too."""
+    """Strided windows, through a padded copy or (more than MAX_UNROLLED_TAPS taps) axis
+    by axis through temps; the default and the stencil schedule both match the
+    reference, MaxPool's Indices too."""
     x_shape, geo, attrs = case
     x = random_array(np.random.default_rng(seed), x_shape, np.float32)
     want, picked, values = _pool_reference("MaxPool", x, geo)
@@ -424,18 +425,19 @@ def test_separable_pools(case, include_pad, seed):
 
 
 def test_separable_pool_structure():
-    """The ResNet-50 stem pool: a column pass into a temp, then a row pass, each with the
-    window outside a SIMD loop along the row under the stencil schedule."""
+    """A strided window too big to unroll (7x7) on a small plane: a column pass into a
+    temp, then a row pass, each with the window outside a SIMD loop along the row under
+    the stencil schedule."""
     x = np.random.default_rng(0).standard_normal((1, 4, 21, 19)).astype(np.float32)
-    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    attrs = {"kernel_shape": [7, 7], "strides": [2, 2], "pads": [3, 3, 3, 3]}
     (kernel,) = _lower("MaxPool", x, **attrs).kernels
     assert len(kernel.statements) == 4
     assert any(".pass0" in b for b in kernel.buffers())
     geo = (
-        [3, 3],
+        [7, 7],
         [2, 2],
         [1, 1],
-        *geometry((21, 19), [3, 3], [2, 2], [1, 1], "NOTSET", [1] * 4, 0),
+        *geometry((21, 19), [7, 7], [2, 2], [1, 1], "NOTSET", [3] * 4, 0),
     )
     (y,), (schedule,) = _stencil_run("MaxPool", x, **attrs)
     assert_matches(y, _pool_reference("MaxPool", x, geo)[0])
@@ -479,6 +481,36 @@ def test_pools_whose_window_covers_the_input(shape, attrs, include_pad):
     )  # fmt: skip
     want, picked, _ = _pool_reference("MaxPool", x, geo)
     check_node("MaxPool", [x], [want, picked], opset=12, **attrs)
+
+
+@pytest.mark.parametrize("strides", [[1, 1], [2, 2]])
+@pytest.mark.parametrize("op_type", ["MaxPool", "AveragePool"])
+def test_small_planes_pool_a_padded_copy(op_type, strides):
+    """A padded 3x3 window on a 7x7 plane has too few interior outputs to unroll alone:
+    the input is copied into a padded temp (pads = the reduction's identity), every output
+    is then one unrolled expression, along the flattened plane when the stride is 1. The
+    input is all negative, so a pad read as 0 instead of -inf would show in MaxPool; the
+    second run reuses the intermediates' memory of the first."""
+    x = -np.random.default_rng(3).uniform(1, 2, (2, 3, 7, 7)).astype(np.float32)
+    attrs = {"kernel_shape": [3, 3], "strides": strides, "pads": [1, 1, 1, 1]}
+    (kernel,) = _lower(op_type, x, **attrs).kernels
+    temps = [b for b in kernel.buffers() if ".padded" in b or b.endswith(".flat.tmp2")]
+    assert len(temps) == (2 if strides == [1, 1] else 1)
+    assert not any(s.reduce for s in kernel.statements[:4])  # no tap-by-tap update
+    geo = (
+        [3, 3],
+        strides,
+        [1, 1],
+        *geometry((7, 7), [3, 3], strides, [1, 1], "NOTSET", [1] * 4, 0),
+    )
+    for include_pad in (0, 1) if op_type == "AveragePool" else (0,):
+        want, _, values = _pool_reference(op_type, x, geo, include_pad)
+        extra = {"count_include_pad": include_pad} if op_type == "AveragePool" else {}
+        model, feed = node_model(op_type, [x], [(np.float32, 4)], **attrs, **extra)
+        session = polyonnx.InferenceSession(model)
+        for scale in (1.0, 3.0):
+            (got,) = session.run(None, {k: v * scale for k, v in feed.items()})
+            assert_matches(got, (want * scale).astype(np.float32), sum_tol(values.shape[-1]))
 
 
 def test_global_pools_reduce_a_flat_view_in_simd():
