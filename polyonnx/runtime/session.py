@@ -94,6 +94,7 @@ class InferenceSession:
         """Inputs whose values lowering needs (axes, shapes): compiled per value."""
         if _is_program(model):  # a polyonnx.Program with scripted schedules
             self.graph = model.graph
+            self._static = self.graph.is_static
             self._model = None
             compiled = compile_program(*model.compilable(), target, profile=self.profiling)
             compiled.set_threads(self.threads)
@@ -101,7 +102,8 @@ class InferenceSession:
             return
         self._model = load_model(model)
         self.graph: Graph = load_graph(self._model, supported_ops=supported_ops())
-        if self.graph.is_static:
+        self._static = self.graph.is_static
+        if self._static:
             try:
                 compiled = compile_graph(
                     self.graph, target, profile=self.profiling, records=self.records
@@ -126,11 +128,14 @@ class InferenceSession:
         run_options: object = None,
     ) -> list[np.ndarray]:
         feed = self.validate(input_feed)
-        names = list(output_names) if output_names else [v.name for v in self.graph.outputs]
         known = [v.name for v in self.graph.outputs]
-        unknown = [n for n in names if n not in known]
-        if unknown:
-            raise InputError(f"unknown output name(s) {unknown}; the model's outputs are {known}")
+        names = list(output_names) if output_names else known
+        if output_names:
+            unknown = [n for n in names if n not in known]
+            if unknown:
+                raise InputError(
+                    f"unknown output name(s) {unknown}; the model's outputs are {known}"
+                )
         self._last = self.compiled_for(feed)
         results = self._last.run(feed)
         return [results[n] for n in names]
@@ -185,9 +190,7 @@ class InferenceSession:
             compiled.reset_profile()
 
     def _key(self, feed: Mapping[str, np.ndarray]) -> tuple:
-        if not feed:
-            return ("static",)
-        if self.graph.is_static and not self._value_inputs:
+        if not feed or (self._static and not self._value_inputs):
             return ("static",)
         shapes = tuple((name, tuple(arr.shape)) for name, arr in sorted(feed.items()))
         values = tuple((n, feed[n].dtype.str, feed[n].tobytes()) for n in self._value_inputs)
