@@ -16,6 +16,7 @@ dependences like any schedule.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Mapping
 
 from polyonnx.errors import ScheduleError
@@ -31,14 +32,23 @@ from polyonnx.schedule.tree import KernelSchedule
 MIN_ROWS = 2
 
 
-def row_fused_schedule(kernel: Kernel, buffers: Mapping[str, Buffer]) -> KernelSchedule | None:
+def row_fused_schedule(
+    kernel: Kernel,
+    buffers: Mapping[str, Buffer],
+    reducing: bool = True,
+    max_row: int | None = None,
+) -> KernelSchedule | None:
     """All statements under one loop over their common first dim, or None when they do
-    not share one, none of them reduces, or the fusion would break a dependence."""
+    not share one, none of them reduces (unless ``reducing`` is False: a pool through a
+    padded copy of each plane chains its passes through temps instead), a statement has
+    more than ``max_row`` points a row, or the fusion would break a dependence."""
     stmts = kernel.statements
-    if len(stmts) < 2 or not any(s.reduce for s in stmts):
+    if len(stmts) < 2 or (reducing and not any(s.reduce for s in stmts)):
         return None
     lead = _leading(stmts)
     if lead is None:
+        return None
+    if max_row is not None and any(math.prod(extents(s)[len(lead) :]) > max_row for s in stmts):
         return None
     *units, row = lead
     nests, vector = [], []

@@ -513,6 +513,29 @@ def test_small_planes_pool_a_padded_copy(op_type, strides):
             assert_matches(got, (want * scale).astype(np.float32), sum_tol(values.shape[-1]))
 
 
+@pytest.mark.parametrize(("size", "fused"), [(7, True), (14, True), (28, False)])
+def test_small_padded_planes_run_a_channel_at_a_time(size, fused):
+    """Up to POOL_PLANE points a channel, the passes of a pool through a padded copy run
+    under one loop over channels (its planes stay in L1); bigger planes run pass by
+    pass. Both match the reference."""
+    x = random_array(np.random.default_rng(size), (1, 5, size, size), np.float32)
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    model, feed = node_model("AveragePool", [x], [(np.float32, 4)], **attrs)
+    program = lower(load_graph(model))
+    (kernel,) = program.kernels
+    schedule = default_schedule(kernel, program.buffers)
+    assert bool(schedule.state.attach) == fused
+    geo = (
+        [3, 3],
+        [1, 1],
+        [1, 1],
+        *geometry((size, size), [3, 3], [1, 1], [1, 1], "NOTSET", [1] * 4, 0),
+    )
+    want, _, values = _pool_reference("AveragePool", x, geo)
+    (got,) = compile_program(program, [schedule]).run(feed).values()
+    assert_matches(got, want, sum_tol(values.shape[-1]))
+
+
 def test_global_pools_reduce_a_flat_view_in_simd():
     """7x7 maps (ResNet-50's last pool) reduce 49 contiguous values per channel."""
     x = random_array(np.random.default_rng(5), (1, 20, 7, 7), np.float32)

@@ -13,8 +13,8 @@ is never materialised (a padded max ignores the pad; a padded sum adds zero)::
 AveragePool divides by the number of taps in the window: those inside the input
 (count_include_pad=0) or inside the input and its explicit pads (count_include_pad=1;
 ceil_mode's extra room past the end never counts). When that count is the same for every
-window it is a literal; otherwise it is counted into a temp by a reduction of ones over the
-same kind of constrained domain, without the n and c dims.
+window it is a literal; otherwise a constant table of the outputs' counts, computed when
+lowering (a window is a box, so its count is the product of its axes' counts).
 
 MaxPool's Indices are found after the max: the smallest row-major flat input index in the
 window whose value equals the max (the first in scan order, as onnxruntime picks), turned
@@ -533,9 +533,11 @@ def lower_average_pool(ctx: LowerContext, node: Node) -> None:
                 lambda y: kb.binary("div", y, kb.const(divisor, y.dtype)),
             )
         )
-    else:
-        count = ctx.temp(out.name + ".count", pool.out_shape[2:], acc.dtype)
-        stmts += _count_taps(pool, count.name, acc.dtype, include_pad, len(stmts))
+    else:  # the windows are boxes: an output's count is the product of its axes' counts
+        table = counts[0]
+        for more in counts[1:]:
+            table = np.multiply.outer(table, more)
+        count = ctx.table(out.name + ".count", table.astype(acc.dtype))
         s_div = f"S{len(stmts)}"
         divide = kb.load(kb.access(count.name, s_div, pool.out_dims, pool.out_dims[2:]), acc.dtype)
         stmts.append(pool.finish(acc.name, s_div, acc.dtype, lambda y: kb.binary("div", y, divide)))
@@ -553,29 +555,6 @@ def _tap_counts(axis: Axis, include_pad: bool) -> np.ndarray:
     )
     low, high = (-axis.pad, axis.size + axis.pad_end) if include_pad else (0, axis.size)
     return ((taps >= low) & (taps < high)).sum(axis=1)
-
-
-def _count_taps(
-    pool: Pooling, count: str, dtype: str, include_pad: bool, first: int
-) -> list[Statement]:
-    """``count[o..] = #taps`` as a sum of ones over the (output, tap) domain, n and c aside."""
-    o, k = pool.out_dims[2:], pool.k_dims
-    dims = [*o, *k]
-    box = [*pool.out_shape[2:], *(a.kernel for a in pool.axes)]
-    rule = Axis.in_padded if include_pad else Axis.inside
-    constraints = [rule(a, oi, ki) for a, oi, ki in zip(pool.axes, o, k, strict=True)]
-    s_init, s_ones = f"S{first}", f"S{first + 1}"
-    init = Statement(
-        s_init, kb.box(s_init, o, box[: len(o)]), kb.access(count, s_init, o, o), kb.const(0, dtype)
-    )
-    ones = Statement(
-        s_ones,
-        domain(s_ones, dims, box, constraints),
-        kb.access(count, s_ones, dims, o),
-        kb.const(1, dtype),
-        "add",
-    )
-    return [init, ones]
 
 
 @lowers("LpPool")
