@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from polyonnx.emit.target import host_target
 from polyonnx.errors import ScheduleError
-from polyonnx.krnl.ir import Buffer, Kernel, loads
+from polyonnx.krnl.ir import Buffer, Kernel, Statement, loads
 from polyonnx.krnl.islutil import dim_names, extents
 from polyonnx.schedule import annotate
 from polyonnx.schedule.blocking import blocked_schedule
@@ -149,7 +149,7 @@ def _gemm_params(geo: Geometry, lanes: int) -> Params | None:
     return default_params(geo, lanes, vector_registers(lanes))
 
 
-def _work(stmt) -> int:
+def _work(stmt: Statement) -> int:
     """A statement's points, each counted once per load (at least once): a pool's
     unrolled 3x3 window reads 9 values a point."""
     return math.prod(extents(stmt)) * max(1, len(loads(stmt.expr)))

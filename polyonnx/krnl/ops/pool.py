@@ -179,7 +179,7 @@ class Pooling:
         """Per spatial axis, the outputs ``lo..hi`` whose every tap lands inside the input,
         or None when an axis has none, they are too few (MIN_INTERIOR) or the window is
         too big to unroll."""
-        if int(np.prod([a.kernel for a in self.axes])) > MAX_UNROLLED_TAPS:
+        if not self.unrollable():
             return None
         found = []
         for a in self.axes:
@@ -191,11 +191,15 @@ class Pooling:
         inside = np.prod([hi - lo + 1 for lo, hi in found]) / np.prod(self.out_shape[2:])
         return found if inside >= MIN_INTERIOR else None
 
+    def unrollable(self) -> bool:
+        """Whether a window is small enough to be one unrolled expression."""
+        return int(np.prod([a.kernel for a in self.axes])) <= MAX_UNROLLED_TAPS
+
     def padded(self) -> Pooling | None:
         """The same windows over the input copied into a padded temp (every tap of every
         output inside it, at ``stride*o + dilation*k``), or None when every tap already
         lands inside the input or the window is too big to unroll."""
-        if int(np.prod([a.kernel for a in self.axes])) > MAX_UNROLLED_TAPS:
+        if not self.unrollable():
             return None
         axes = tuple(
             replace(a, size=max(a.pad + a.size, a.stride * (a.out - 1) + a.span), pad=0, pad_end=0)
@@ -347,9 +351,10 @@ def _window_reduce(
 def _padded_reduce(
     ctx: LowerContext, pool: Pooling, out: str, x: Buffer, dtype: str, op: str, f: Fn
 ) -> list[Statement]:
-    """Reduce a small plane's windows through a padded copy P of the input: the pads hold
-    the reduction's identity (f of it too: 0 for sums of f(x) = x, |x|^p), so every
-    output's window lies inside P and is one unrolled expression, written once.
+    """Reduce the windows through a padded copy P of the input (which pools do: see
+    _window_reduce). The pads hold the reduction's identity (f of it too: 0 for sums of
+    f(x) = x, |x|^p), so every output's window lies inside P and is one unrolled
+    expression, written once.
 
         S0: P[n, c, i..] = identity                  (the pad cells only)
         S1: P[n, c, i + pad ..] = X[n, c, i..]
