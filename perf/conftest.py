@@ -1,5 +1,7 @@
 """Benchmarks: every polyonnx figure has its baseline measured in the same run, so the
-number to quote is a ratio. Run: python -m pytest perf --benchmark-only.
+number to quote is a ratio. Run: python -m pytest perf --benchmark-only. A case's
+benchmarks (polyonnx, onnxruntime, numpy; per thread count) run next to each other
+(:func:`side_by_side`).
 
 Unless given on the command line, a benchmark runs at least 3 rounds for about 0.5 s
 (pytest-benchmark's defaults are 5 rounds, 1 s): the default suite stays under ten minutes.
