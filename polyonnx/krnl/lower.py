@@ -151,7 +151,30 @@ class LowerContext:
         while name in self._kernel_names:
             name = f"{name}_"
         self._kernel_names.add(name)
-        self.kernels.append(Kernel(name, node.op_type, tuple(statements)))
+        kernel = Kernel(name, node.op_type, tuple(statements))
+        self._check_views(node, kernel)
+        self.kernels.append(kernel)
+
+    def _check_views(self, node: Node, kernel: Kernel) -> None:
+        """A kernel must not touch a storage it writes under two names (a buffer and a
+        view of it): dependences are computed per name, so the schedule could reorder the
+        write and the other name's reads (docs/architecture.md)."""
+
+        def root(name: str) -> str:
+            while name in self.views:
+                name = self.views[name]
+            return name
+
+        names: dict[str, set[str]] = {}
+        for buffer in kernel.buffers():
+            names.setdefault(root(buffer), set()).add(buffer)
+        written = {root(s.write.buffer) for s in kernel.statements}
+        clash = sorted(r for r in written if len(names[r]) > 1)
+        if clash:
+            raise LoweringError(
+                f"{node.op_type} node {node.name!r}: its kernel writes {clash[0]!r} and also "
+                f"reaches it as {sorted(names[clash[0]])}; dependences would miss the aliasing"
+            )
 
     # -- result ------------------------------------------------------------------------
 

@@ -354,3 +354,30 @@ def test_views_of_an_output_that_is_a_view_of_an_input_read_the_data():
     ku, y = polyonnx.InferenceSession(model).run(None, {"k": k})
     np.testing.assert_array_equal(ku, k[None])
     np.testing.assert_array_equal(y, k * k)
+
+
+def test_a_kernel_may_not_write_storage_it_also_reaches_through_a_view():
+    """Dependences are per buffer name: a kernel writing a buffer and reading a view of it
+    could be reordered wrongly, so lowering refuses it, naming the node."""
+    from polyonnx.errors import LoweringError
+    from polyonnx.frontend import load_graph
+    from polyonnx.krnl import build as kb
+    from polyonnx.krnl.ir import Statement
+    from polyonnx.krnl.lower import LowerContext
+
+    x = np.zeros((2, 3), np.float32)
+    model, _ = node_model("Relu", [x], [(np.float32, 2)])
+    graph = load_graph(model)
+    ctx = LowerContext(graph)
+    node = graph.nodes[0]
+    temp = ctx.temp("t", (2, 3), "float32").name
+    ctx.view("t.flat", temp, (6,))
+    dims = ["i", "j"]
+    write = Statement(
+        "S0", kb.box("S0", dims, (2, 3)), kb.access(temp, "S0", dims, dims), kb.const(0, "float32")
+    )
+    read = kb.load(kb.access("t.flat", "S1", dims, ["3*i + j"]), "float32")
+    copy = Statement("S1", kb.box("S1", dims, (2, 3)), kb.access(temp, "S1", dims, dims), read)
+    with pytest.raises(LoweringError, match=r"Relu node .*reaches it as"):
+        ctx.kernel(node, [write, copy])
+    ctx.kernel(node, [write])  # one name: fine
