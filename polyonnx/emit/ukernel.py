@@ -48,6 +48,8 @@ from polyonnx.schedule.gemm import (
 
 F32 = ir.FloatType()
 I32 = ir.IntType(32)
+LINE_FLOATS = 16
+"""float32 values in a 64-byte cache line."""
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,7 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
                     g.pack_a(a_panel, a, ic, ie, kc, kcl)
                 with _loop(b, ir.Constant(I64, 0), nc, params.nr, "jr") as jr:
                     cols = _min(b, b.sub(nc, jr), params.nr)
+                    g.first_tile = b.icmp_signed("==", jr, ir.Constant(I64, 0))
                     masks = g.column_masks(cols)
                     g.b_masks = None if panel is not None else masks
                     if g.bt is not None:
@@ -256,6 +259,8 @@ class _Gemm:
         """B read in place from a padded Conv's input, a window of taps a channel."""
         self.tap_masks: list[list[ir.Value]] = []
         self.starting: ir.Value | None = None
+        self.first_tile: ir.Value | None = None
+        """Whether this is a row panel's first column tile (jr = 0): A comes from memory."""
         self.prologue: Statement | None = None
         self.vec = ir.VectorType(F32, lanes)
         self.mask_t = ir.VectorType(ir.IntType(1), lanes)
@@ -634,8 +639,32 @@ class _Gemm:
 
             return body
 
-        acc = self._acc_loop(acc, ir.Constant(I64, 0), full, unroll, "ku", ranks(unroll))
+        prefetch = ranks(unroll)
+        a_first, step = a_rows[0]
+        if self.p.prefetch and step == 1 and unroll > 1:
+            panel = ir.Constant(I64, self.p.mr)
+            ahead = b.select(self.first_tile, panel, ir.Constant(I64, 0))
+
+            def prefetch(cur, k):
+                self._prefetch_a(a_first, b.udiv(k, ir.Constant(I64, unroll)), ahead)
+                return ranks(unroll)(cur, k)
+
+        acc = self._acc_loop(acc, ir.Constant(I64, 0), full, unroll, "ku", prefetch)
         return self._acc_loop(acc, full, kcl, 1, "kt", ranks(1))
+
+    def _prefetch_a(self, a_first, step, ahead) -> None:
+        """Prefetch into L2, spread over the K loop, the lines of A that the next row panel
+        (``ahead`` rows on: MR on a panel's first column tile, else 0, the lines just read)
+        reads in this K block: ``step`` counts unrolled K steps, and each takes the next
+        MR * unroll / 16 lines, row by row within a column of lines."""
+        b, p = self.b, self.p
+        lines = -(-p.mr * p.unroll // LINE_FLOATS)
+        for j in range(lines):
+            line = b.add(b.mul(step, ir.Constant(I64, lines)), ir.Constant(I64, j))
+            row = b.add(b.urem(line, ir.Constant(I64, p.mr)), ahead)
+            column = b.mul(b.udiv(line, ir.Constant(I64, p.mr)), ir.Constant(I64, LINE_FLOATS))
+            at = self._at(a_first, b.add(b.mul(row, ir.Constant(I64, self.geo.lda)), column))
+            b.call(self.prefetch, [at, *(ir.Constant(I32, x) for x in (0, 2, 1))])
 
     def _tap_loop(self, acc, a_rows, b_at, kcl):
         """The K loop over a Conv's input read in place: a channel a step, its taps

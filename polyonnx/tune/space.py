@@ -133,6 +133,7 @@ def gemm_space(kernel: Kernel, geo: Geometry, threads: int, lanes: int) -> Space
         "unroll": (1, 2, 4, 8),
         "split": ("none", "rows", "cols") if threads > 1 else ("none",),
         "packa": (0, 1),
+        "prefetch": (0, 1),
         "packb": (0, 1) if b_row_stride(geo) is not None or taps is not None else (1,),
     }
     batches = [geo.dims[d] for d in geo.outer if geo.sizes[d] >= 2]
@@ -140,7 +141,7 @@ def gemm_space(kernel: Kernel, geo: Geometry, threads: int, lanes: int) -> Space
     default = {
         "mr": base.mr, "nr": base.nr, "kc": base.kc, "mc": base.mc, "nc": base.nc,
         "unroll": base.unroll, "split": base.split, "packa": base.packa,
-        "packb": base.packb, "batch_threads": 0,
+        "prefetch": base.prefetch, "packb": base.packb, "batch_threads": 0,
     }  # fmt: skip
     for name, value in default.items():  # the default is always a point of the space
         if value not in knobs[name]:
@@ -165,7 +166,8 @@ def _order_key(value: object) -> tuple:
 
 def gemm_trace(space: Space, genome: Genome) -> list[dict]:
     params = {
-        k: genome[k] for k in ("mr", "nr", "kc", "mc", "nc", "unroll", "split", "packa", "packb")
+        k: genome[k]
+        for k in ("mr", "nr", "kc", "mc", "nc", "unroll", "split", "packa", "prefetch", "packb")
     }
     trace = [{"kernel": space.kernel, "primitive": "ukernel", "args": {"params": params}}]
     if genome.get("batch_threads") and genome["split"] == "none":
@@ -193,6 +195,7 @@ def gemm_features(space: Space, genome: Genome) -> list[float]:
         math.log2(kc_eff * nr * 4) - 15,  # a B micro-panel against L1 (32 KB)
         float(genome["split"] == "rows"), float(genome["split"] == "cols"),
         float(genome["packa"]), float(genome["packb"]), float(genome["batch_threads"]),
+        float(genome["prefetch"]),
         float(genome["split"] != "none") * math.log2(max(geo.n / nc_eff, 1.0)),
         float(genome["split"] != "none") * math.log2(max(geo.m / mc_eff, 1.0)),
     ]  # fmt: skip

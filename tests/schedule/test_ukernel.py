@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import polyonnx
+from polyonnx.emit.module import emit_module
+from polyonnx.emit.target import host_target
 from polyonnx.errors import ScheduleError
+from polyonnx.runtime.memory import plan_memory
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.gemm import is_ukernel_mark
@@ -199,9 +202,9 @@ def test_ukernel_step_with_parameters_replays_and_matches():
     model = _matmul_model((45, 70), (70, 50), (45, 50))
     prog = polyonnx.load(model)
     s = prog.schedule("mm")
-    s.ukernel(mr=4, nr=16, kc=16, mc=8, nc=32, unroll=3, split="rows", packa=1)
+    s.ukernel(mr=4, nr=16, kc=16, mc=8, nc=32, unroll=3, split="rows", packa=1, prefetch=1)
     mark = next(m for marks in s.state.marks.values() for m in marks if is_ukernel_mark(m))
-    assert mark == "ukernel_mr4_nr16_kc16_mc8_nc32_unroll3_splitrows_packa1_packb1"
+    assert mark == "ukernel_mr4_nr16_kc16_mc8_nc32_unroll3_splitrows_packa1_packb1_prefetch1"
     rng = np.random.default_rng(5)
     a, b = random_array(rng, (45, 70)), random_array(rng, (70, 50))
     got = polyonnx.InferenceSession(prog, threads=2).run(None, {"a": a, "b": b})[0]
@@ -217,6 +220,7 @@ def test_ukernel_step_with_parameters_replays_and_matches():
         ({"nr": 24}, "multiple of the SIMD width"),
         ({"kc": 0}, "kc=0 must be at least 1"),
         ({"split": "diagonal"}, "split='diagonal'"),
+        ({"prefetch": 2}, "prefetch=2 must be 0 or 1"),
         ({"tile": 3}, "unknown parameters"),
         ({"kc": 4096, "nc": 1024, "packb": 1}, "must fit in 3 MB of stack"),
     ],
@@ -243,15 +247,15 @@ def test_ukernel_step_needs_untransformed_loops():
     kc=st.sampled_from((1, 7, 64)), mc=st.sampled_from((1, 5, 64)),
     nc=st.sampled_from((16, 40, 512)), unroll=st.sampled_from((1, 3, 4)),
     split=st.sampled_from(("none", "rows", "cols")), packa=st.sampled_from((0, 1)),
-    packb=st.sampled_from((0, 1)), seed=seeds,
+    packb=st.sampled_from((0, 1)), prefetch=st.sampled_from((0, 1)), seed=seeds,
 )  # fmt: skip
 def test_any_ukernel_parameters_compute_the_product(
-    m, k, n, mr, nr, kc, mc, nc, unroll, split, packa, packb, seed
+    m, k, n, mr, nr, kc, mc, nc, unroll, split, packa, packb, prefetch, seed
 ):
     model = _matmul_model((m, k), (k, n), (m, n))
     prog = polyonnx.load(model)
     params = dict(mr=mr, nr=nr, kc=kc, mc=mc, nc=nc, unroll=unroll, split=split)
-    params.update(packa=packa, packb=packb)
+    params.update(packa=packa, packb=packb, prefetch=prefetch)
     try:
         prog.schedule("mm").ukernel(**params)
     except ScheduleError:
@@ -312,3 +316,24 @@ def test_the_default_reads_b_in_place_where_packing_measured_slower(model, in_pl
     program = lower_model(model)
     tree = default_schedule(program.kernels[0], program.buffers).tree
     assert ("packb0" in tree) == in_place
+
+
+@pytest.mark.parametrize(
+    ("shape", "prefetch"),
+    [
+        ((1024, 256, 196), True),  # A 1 MB: a 1x1 Conv's weights, from memory in a model
+        ((256, 64, 3136), False),  # A 64 KB stays in cache
+        ((127, 255, 63), False),
+    ],
+)
+def test_the_default_prefetches_a_large_a_a_row_panel_ahead(shape, prefetch):
+    m, k, n = shape
+    model = _matmul_model((m, k), (k, n), (m, n))
+    program = lower_model(model)
+    schedule = default_schedule(program.kernels[0], program.buffers)
+    assert ("prefetch1" in schedule.tree) == prefetch
+    layout = plan_memory(program)
+    places = {name: (p.slot, p.offset) for name, p in layout.places.items()}
+    text = str(emit_module([schedule], program.buffers, places, host_target())[0])
+    # llvm.prefetch(address, write=0, locality=2 (L2), data=1), in the K loop only
+    assert ("i32 0, i32 2, i32 1)" in text) == prefetch
