@@ -14,8 +14,8 @@ import polyonnx
 from polyonnx.emit.module import emit_module
 from polyonnx.emit.target import host_target
 from polyonnx.errors import ScheduleError
-from polyonnx.runtime.memory import plan_memory
 from polyonnx.runtime.compiled import lower_model
+from polyonnx.runtime.memory import plan_memory
 from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.gemm import is_ukernel_mark
 from tests.helpers import (
