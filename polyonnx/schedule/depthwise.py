@@ -95,13 +95,31 @@ def depthwise_schedule(
     except ScheduleError:  # any refusal means: keep the other defaults
         return None
     update = state.statement(plan.update)
-    if math.prod(extents(update)) >= PARALLEL_POINTS:
+    threads = math.prod(extents(update)) >= PARALLEL_POINTS
+    if threads:
         wide = [d for d, n in zip(dim_names(update), extents(update), strict=True) if n > 1]
         first = next((d for d in plan.outer if d in wide), None)
         if first is not None:
             with contextlib.suppress(ScheduleError):
                 state = annotate.parallel(state, deps, first)
+    state = _own_nests(state, deps, plan, threads)
     return KernelSchedule(kernel, str(_isolated(state, plan)), state)
+
+
+def _own_nests(state: State, deps, plan: Plan, threads: bool) -> State:
+    """The statements in nests of their own (a padded copy of the input): SIMD along
+    their innermost loop, and with the update on threads, their outermost wide loop too."""
+    for nest in state.nests:
+        if nest.statement == plan.update or nest.statement in state.attach:
+            continue
+        stmt = state.statement(nest.statement)
+        with contextlib.suppress(ScheduleError):
+            state = annotate.vectorize(state, deps, nest.names()[-1])
+        wide = [d for d, n in zip(nest.names(), extents(stmt), strict=True) if n > 1]
+        if threads and len(wide) > 1:
+            with contextlib.suppress(ScheduleError):
+                state = annotate.parallel(state, deps, wide[0])
+    return state
 
 
 def _worth_it(plan: Plan, lanes: int) -> bool:
@@ -134,14 +152,20 @@ def _isolated(state: State, plan: Plan) -> isl.Schedule:
     )
     partial = box.subtract(times).project_out(isl.dim_type.set, depth + 1, count - depth - 1)
     full = prefix.subtract(partial).coalesce()
-    node = _with_options(state.isl_schedule().get_root(), full, 0)
+    node = _with_options(state.isl_schedule().get_root(), full, 0, plan.update)
     return node.get_schedule()
 
 
-def _with_options(node: isl.ScheduleNode, full: isl.Set, outer: int) -> isl.ScheduleNode:
-    """Set the isolate options below ``node`` (``outer`` band members above it)."""
+def _with_options(
+    node: isl.ScheduleNode, full: isl.Set, outer: int, update: str
+) -> isl.ScheduleNode:
+    """Set the isolate options below ``node`` (``outer`` band members above it), on the
+    update's loops only (not on those of statements in other nests: a padded copy)."""
     size = full.dim(isl.dim_type.set)
-    if node.get_type() == isl.schedule_node_type.band:
+    kind = node.get_type()
+    if kind == isl.schedule_node_type.filter and update not in _names(node.filter_get_filter()):
+        return node
+    if kind == isl.schedule_node_type.band:
         members = node.band_n_member()
         options = None
         if outer < size <= outer + members:  # the band that ends the row block's prefix
@@ -153,8 +177,14 @@ def _with_options(node: isl.ScheduleNode, full: isl.Set, outer: int) -> isl.Sche
             node = node.band_set_ast_build_options(options)
         outer += members
     for index in range(node.n_children()):
-        node = _with_options(node.child(index), full, outer).parent()
+        node = _with_options(node.child(index), full, outer, update).parent()
     return node
+
+
+def _names(filter_set: isl.UnionSet) -> set[str]:
+    names: set[str] = set()
+    filter_set.foreach_set(lambda part: names.add(part.get_tuple_name()))
+    return names
 
 
 def _isolate(full: isl.Set, outer: int, members: int) -> isl.UnionSet:

@@ -92,3 +92,59 @@ def test_depthwise_schedule_leaves_contractions():
     kernel, buffers = _kernel(4, 2, 112)  # two input channels per group
     assert depthwise_schedule(kernel, buffers, 16) is None
     assert isinstance(next(iter(buffers.values())), Buffer)
+
+
+@fast(12)
+@given(
+    channels=st.sampled_from([1, 3]),
+    multiplier=st.sampled_from([1, 2]),
+    height=st.sampled_from([1, 4, 7]),
+    width=st.sampled_from([64, 67, 97]),
+    kernel=st.sampled_from([3, 5]),
+    pads=st.tuples(*[st.integers(0, 2)] * 4),
+    dilation=st.sampled_from([1, 2]),
+    threads=st.sampled_from([1, 2]),
+    seed=st.integers(0, 2**16),
+)
+def test_wide_padded_depthwise_rows_read_a_zero_padded_copy(
+    channels, multiplier, height, width, kernel, pads, dilation, threads, seed
+):
+    """Stride-1 rows of 64 outputs and more read a zero-padded copy of the input (no taps
+    left out at the rows' ends); asymmetric pads, odd widths, a second run over the first
+    run's (poisoned) memory."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import polyonnx
+    from polyonnx.runtime.compiled import lower_model
+
+    top, left, bottom, right = pads
+    span = dilation * (kernel - 1) + 1
+    out_h, out_w = height + top + bottom - span + 1, width + left + right - span + 1
+    if out_h < 1 or out_w < 1:
+        return
+    rng = np.random.default_rng(seed)
+    m = channels * multiplier
+    x = rng.standard_normal((1, channels, height, width)).astype(np.float32) - 1.0
+    w = rng.standard_normal((m, 1, kernel, kernel)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    node = helper.make_node(
+        "Conv", ["x", "w", "b"], ["y"], kernel_shape=[kernel, kernel],
+        pads=[top, left, bottom, right], dilations=[dilation, dilation], group=channels,
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, out_h, out_w])],
+        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )  # fmt: skip
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    (conv,) = lower_model(model).kernels
+    copied = any(s.write.buffer.startswith("y.padded") for s in conv.statements)
+    assert copied == (channels > 1 and out_w >= 64 and any(pads))  # group 1: a plain Conv
+    padded = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    want = conv2d_reference(padded, w, b, 1, 0, dilation, channels)
+    session = polyonnx.InferenceSession(model, threads=threads)
+    for _ in range(2):
+        got = session.run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, want, **sum_tol(kernel * kernel))

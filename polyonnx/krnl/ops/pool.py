@@ -41,7 +41,7 @@ The global pools reduce over every spatial dim with :class:`reduce.Reduction`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -56,6 +56,8 @@ from polyonnx.krnl.ops.conv import (
     accumulator,
     affine,
     domain,
+    padded_axes,
+    padded_copy,
     round_into,
     spatial_input,
     window,
@@ -201,10 +203,7 @@ class Pooling:
         lands inside the input or the window is too big to unroll."""
         if not self.unrollable():
             return None
-        axes = tuple(
-            replace(a, size=max(a.pad + a.size, a.stride * (a.out - 1) + a.span), pad=0, pad_end=0)
-            for a in self.axes
-        )
+        axes = padded_axes(self.axes)
         if all(a.pad == 0 and p.size == a.size for a, p in zip(self.axes, axes, strict=True)):
             return None
         return Pooling((*self.shape[:2], *(a.size for a in axes)), axes)
@@ -366,37 +365,10 @@ def _padded_reduce(
     flat, so that its writes and reads name one buffer (dependences are per buffer)."""
     padded = pool.padded()
     flat = len(pool.axes) > 1 and all(a.stride == 1 for a in pool.axes)
-    sizes = [a.size for a in padded.axes]
-    strides = row_major_strides(sizes)
-    shape = (*padded.shape[:2], int(np.prod(sizes))) if flat else padded.shape
-    src = ctx.temp(f"{out}.padded", shape, x.dtype)
-    dims = ["n", "c", *kb.dims("i", len(pool.axes))]
-
-    def at(index: list[str]) -> list[str]:
-        if not flat:
-            return ["n", "c", *index]
-        return ["n", "c", " + ".join(f"{st}*({i})" for st, i in zip(strides, index, strict=True))]
-
-    pads = [
-        f"{i} < {a.pad} or {i} >= {a.pad + a.size}"
-        for i, a in zip(dims[2:], pool.axes, strict=True)
-    ]
-    fill = Statement(
-        "S0",
-        domain("S0", dims, padded.shape, ["(" + " or ".join(pads) + ")"]),
-        kb.access(src.name, "S0", dims, at(dims[2:])),
-        identity(op, x.dtype),
-    )
-    moved = [affine([(1, i)], a.pad) for i, a in zip(dims[2:], pool.axes, strict=True)]
-    copy = Statement(
-        "S1",
-        kb.box("S1", dims, x.shape),
-        kb.access(src.name, "S1", dims, at(moved)),
-        kb.load(kb.access(x.name, "S1", dims, dims), x.dtype),
-    )
+    src, copy = padded_copy(ctx, x, pool.axes, identity(op, x.dtype), f"{out}.padded", flat)
     if not flat:
-        return [fill, copy, *padded.reduce(out, src, dtype, op, f, 2)]
-    return [fill, copy, *_flat_windows(ctx, padded, src, out, dtype, op, f)]
+        return [*copy, *padded.reduce(out, src, dtype, op, f, 2)]
+    return [*copy, *_flat_windows(ctx, padded, src, out, dtype, op, f)]
 
 
 def _flat_windows(
