@@ -99,18 +99,20 @@ def test_depthwise_schedule_leaves_contractions():
     channels=st.sampled_from([1, 3]),
     multiplier=st.sampled_from([1, 2]),
     height=st.sampled_from([1, 4, 7]),
-    width=st.sampled_from([64, 67, 97]),
+    width=st.sampled_from([5, 14, 28, 31, 64, 67, 97]),
     kernel=st.sampled_from([3, 5]),
     pads=st.tuples(*[st.integers(0, 2)] * 4),
     dilation=st.sampled_from([1, 2]),
     threads=st.sampled_from([1, 2]),
     seed=st.integers(0, 2**16),
 )
-def test_wide_padded_depthwise_rows_read_a_zero_padded_copy(
+def test_padded_depthwise_convs_read_a_zero_padded_copy(
     channels, multiplier, height, width, kernel, pads, dilation, threads, seed
 ):
-    """Stride-1 rows of 64 outputs and more read a zero-padded copy of the input (no taps
-    left out at the rows' ends); asymmetric pads, odd widths, a second run over the first
+    """A padded stride-1 depthwise Conv reads a zero-padded copy of its input: rows of 64
+    outputs and more in the depthwise schedule (no taps left out at the rows' ends),
+    shorter ones (one output channel a group) as one sum of taps per output along the
+    flattened plane. Asymmetric pads, odd widths, dilations, a second run over the first
     run's (poisoned) memory."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -140,8 +142,11 @@ def test_wide_padded_depthwise_rows_read_a_zero_padded_copy(
     model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model)
     (conv,) = lower_model(model).kernels
-    copied = any(s.write.buffer.startswith("y.padded") for s in conv.statements)
-    assert copied == (channels > 1 and out_w >= 64 and any(pads))  # group 1: a plain Conv
+    writes = {s.write.buffer.split(".")[1] for s in conv.statements if "." in s.write.buffer}
+    depthwise = channels > 1 and any(pads)  # group 1: a plain Conv
+    flat = depthwise and out_w < 64 and multiplier == 1
+    assert ("padded" in writes) == (depthwise and (out_w >= 64 or flat))
+    assert ("flat" in writes) == flat
     padded = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
     want = conv2d_reference(padded, w, b, 1, 0, dilation, channels)
     session = polyonnx.InferenceSession(model, threads=threads)

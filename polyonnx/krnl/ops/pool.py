@@ -55,7 +55,9 @@ from polyonnx.krnl.ops.conv import (
     Axis,
     accumulator,
     affine,
+    balanced,
     domain,
+    flat_windows,
     padded_axes,
     padded_copy,
     round_into,
@@ -172,7 +174,7 @@ class Pooling:
                 s_in,
                 domain(s_in, dims, self.out_shape, bounds),
                 kb.access(out, s_in, dims, dims),
-                _balanced(op, terms),
+                balanced(op, terms),
             )
         )
         return stmts
@@ -287,16 +289,6 @@ class Pooling:
         return Statement(stmt, self.out_box(stmt), acc, fn(kb.load(acc, dtype)))
 
 
-def _balanced(op: str, terms: Sequence[Expr]) -> Expr:
-    """``t0 <op> t1 <op> ...`` as a balanced tree: a 3x3 window's 8 operations then
-    depend on each other 4 deep, not 8 (a NaN-propagating max is 4 instructions, ~6 cycles
-    of latency on Zen 4, so a chain of 8 held a 7x7 MaxPool's rows to its latency)."""
-    while len(terms) > 1:
-        pairs = [kb.binary(op, a, b) for a, b in zip(terms[::2], terms[1::2], strict=False)]
-        terms = pairs + list(terms[len(pairs) * 2 :])
-    return terms[0]
-
-
 def _pooling(node: Node, x: Buffer) -> Pooling:
     spatial_input(node, x)
     kernel = node.attr("kernel_shape")
@@ -374,42 +366,13 @@ def _padded_reduce(
 def _flat_windows(
     ctx: LowerContext, padded: Pooling, src: Buffer, out: str, dtype: str, op: str, f: Fn
 ) -> list[Statement]:
-    """A stride-1 pool over its padded copy P (stored flat) as a 1-D stencil: output
-    (o0, o1) at flat position q = o0*W + o1 (W: P's row length) reads P[q + k0*W + k1],
-    so SIMD runs along whole planes rather than along rows of 7 or 14 outputs; the
-    positions between rows are computed and dropped::
+    """A stride-1 pool over its padded copy P (stored flat): conv.flat_windows, each tap
+    ``f`` of P's value, combined with ``op``."""
 
-        S2: F[n, c, q] = f(P[n, c, q + off(k=0)]) <op> f(P[n, c, q + off(k=1)]) <op> ...
-        S3: Y[n, c, o..] = F[n, c, o0*W + o1]
-    """
-    n, c = padded.shape[:2]
-    strides = row_major_strides([a.size for a in padded.axes])
-    reach = sum((a.span - 1) * st for a, st in zip(padded.axes[1:], strides[1:], strict=True))
-    length = padded.axes[0].out * strides[0] - reach  # past it: only dropped positions
-    windows_out = ctx.temp(f"{out}.flat", (n, c, length), dtype)
-    dims = ["n", "c", "q"]
-    terms = []
-    for taps in np.ndindex(*(a.kernel for a in padded.axes)):
-        offset = sum(
-            a.dilation * k * st for a, k, st in zip(padded.axes, taps, strides, strict=True)
-        )
-        at = ["n", "c", affine([(1, "q")], offset)]
-        terms.append(f(kb.cast(kb.load(kb.access(src.name, "S2", dims, at), src.dtype), dtype)))
-    windows = Statement(
-        "S2",
-        kb.box("S2", dims, (n, c, length)),
-        kb.access(windows_out.name, "S2", dims, dims),
-        _balanced(op, terms),
-    )
-    o = padded.out_dims
-    at = ["n", "c", affine([(st, d) for st, d in zip(strides, o[2:], strict=True)])]
-    gather = Statement(
-        "S3",
-        padded.out_box("S3"),
-        kb.access(out, "S3", o, o),
-        kb.load(kb.access(windows_out.name, "S3", o, at), dtype),
-    )
-    return [windows, gather]
+    def term(taps: tuple[int, ...], value: Expr) -> Expr:
+        return f(kb.cast(value, dtype))
+
+    return flat_windows(ctx, padded.axes, src, out, dtype, term, lambda terms: balanced(op, terms))
 
 
 # ---- MaxPool -------------------------------------------------------------------------------
