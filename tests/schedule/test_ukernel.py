@@ -310,6 +310,8 @@ def test_a_batch_of_small_gemms_runs_its_batch_loop_on_threads():
         (_matmul_model((256, 64), (64, 3136), (256, 3136)), False),  # B 0.8 MB
         (_matmul_model((1024, 1024), (1024, 1024), (1024, 1024)), False),  # 1024 rows
         (_matmul_model((16, 64), (64, 64), (16, 64)), True),  # too few rows to pack for
+        (_matmul_model((68, 68), (68, 196), (68, 196)), True),  # few rows, short K
+        (_matmul_model((128, 256), (256, 784), (128, 784)), False),  # K 256
     ],
 )
 def test_the_default_reads_b_in_place_where_packing_measured_slower(model, in_place):
