@@ -202,7 +202,7 @@ def test_ukernel_step_with_parameters_replays_and_matches():
     model = _matmul_model((45, 70), (70, 50), (45, 50))
     prog = polyonnx.load(model)
     s = prog.schedule("mm")
-    s.ukernel(mr=4, nr=16, kc=16, mc=8, nc=32, unroll=3, split="rows", packa=1, prefetch=1)
+    s.ukernel(mr=4, nr=16, kc=16, mc=8, nc=32, unroll=3, split="rows", packa=1, packb=1, prefetch=1)
     mark = next(m for marks in s.state.marks.values() for m in marks if is_ukernel_mark(m))
     assert mark == "ukernel_mr4_nr16_kc16_mc8_nc32_unroll3_splitrows_packa1_packb1_prefetch1"
     rng = np.random.default_rng(5)
