@@ -339,3 +339,10 @@ def test_the_default_prefetches_a_large_a_a_row_panel_ahead(shape, prefetch):
     text = str(emit_module([schedule], program.buffers, places, host_target())[0])
     # llvm.prefetch(address, write=0, locality=2 (L2), data=1), in the K loop only
     assert ("i32 0, i32 2, i32 1)" in text) == prefetch
+
+
+@pytest.mark.parametrize(("rows", "mr"), [(34, 6), (68, 8), (1000, 8), (12, 6), (4, 4)])
+def test_the_default_register_tile_wastes_few_rows(rows, mr):
+    program = lower_model(_matmul_model((rows, 64), (64, 196), (rows, 196)))
+    tree = default_schedule(program.kernels[0], program.buffers).tree
+    assert f"ukernel_mr{mr}_" in tree
