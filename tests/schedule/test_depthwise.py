@@ -77,7 +77,7 @@ def test_depthwise_schedule_takes_wide_rows():
 
 
 def test_depthwise_schedule_takes_strided_rows_of_a_vector():
-    kernel, buffers = _kernel(4, 4, 40, stride=2)
+    kernel, buffers = _kernel(4, 4, 112, stride=2)  # rows of 56 (shorter: conv.PHASED_ROW)
     assert depthwise_schedule(kernel, buffers, 16) is not None
 
 
@@ -103,17 +103,19 @@ def test_depthwise_schedule_leaves_contractions():
     kernel=st.sampled_from([3, 5]),
     pads=st.tuples(*[st.integers(0, 2)] * 4),
     dilation=st.sampled_from([1, 2]),
+    stride=st.sampled_from([1, 1, 2, 3]),
     threads=st.sampled_from([1, 2]),
     seed=st.integers(0, 2**16),
 )
 def test_padded_depthwise_convs_read_a_zero_padded_copy(
-    channels, multiplier, height, width, kernel, pads, dilation, threads, seed
+    channels, multiplier, height, width, kernel, pads, dilation, stride, threads, seed
 ):
     """A padded stride-1 depthwise Conv reads a zero-padded copy of its input: rows of 64
     outputs and more in the depthwise schedule (no taps left out at the rows' ends),
     shorter ones (one output channel a group) as one sum of taps per output along the
-    flattened plane. Asymmetric pads, odd widths, dilations, a second run over the first
-    run's (poisoned) memory."""
+    flattened plane; strided ones with short rows over the stride phases of the padded
+    input. Asymmetric pads, odd widths, dilations, a second run over the first run's
+    (poisoned) memory."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -122,7 +124,8 @@ def test_padded_depthwise_convs_read_a_zero_padded_copy(
 
     top, left, bottom, right = pads
     span = dilation * (kernel - 1) + 1
-    out_h, out_w = height + top + bottom - span + 1, width + left + right - span + 1
+    out_h = (height + top + bottom - span) // stride + 1
+    out_w = (width + left + right - span) // stride + 1
     if out_h < 1 or out_w < 1:
         return
     rng = np.random.default_rng(seed)
@@ -131,7 +134,7 @@ def test_padded_depthwise_convs_read_a_zero_padded_copy(
     w = rng.standard_normal((m, 1, kernel, kernel)).astype(np.float32)
     b = rng.standard_normal(m).astype(np.float32)
     node = helper.make_node(
-        "Conv", ["x", "w", "b"], ["y"], kernel_shape=[kernel, kernel],
+        "Conv", ["x", "w", "b"], ["y"], kernel_shape=[kernel, kernel], strides=[stride] * 2,
         pads=[top, left, bottom, right], dilations=[dilation, dilation], group=channels,
     )  # fmt: skip
     graph = helper.make_graph(
@@ -143,12 +146,17 @@ def test_padded_depthwise_convs_read_a_zero_padded_copy(
     onnx.checker.check_model(model)
     (conv,) = lower_model(model).kernels
     writes = {s.write.buffer.split(".")[1] for s in conv.statements if "." in s.write.buffer}
-    depthwise = channels > 1 and any(pads)  # group 1: a plain Conv
-    flat = depthwise and out_w < 64 and multiplier == 1
-    assert ("padded" in writes) == (depthwise and (out_w >= 64 or flat))
+    depthwise = channels > 1  # group 1: a plain Conv
+    if stride == 1:
+        flat = depthwise and any(pads) and out_w < 64 and multiplier == 1
+        assert ("padded" in writes) == (depthwise and any(pads) and (out_w >= 64 or flat))
+    else:
+        short = out_w < 48 or kernel * kernel >= 4 * stride * stride
+        flat = depthwise and multiplier == 1 and short
+        assert ("phases" in writes) == flat
     assert ("flat" in writes) == flat
     padded = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
-    want = conv2d_reference(padded, w, b, 1, 0, dilation, channels)
+    want = conv2d_reference(padded, w, b, stride, 0, dilation, channels)
     session = polyonnx.InferenceSession(model, threads=threads)
     for _ in range(2):
         got = session.run(None, {"x": x})[0]

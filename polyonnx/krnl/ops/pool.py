@@ -60,6 +60,7 @@ from polyonnx.krnl.ops.conv import (
     flat_windows,
     padded_axes,
     padded_copy,
+    plane_taps,
     round_into,
     spatial_input,
     window,
@@ -372,7 +373,11 @@ def _flat_windows(
     def term(taps: tuple[int, ...], value: Expr) -> Expr:
         return f(kb.cast(value, dtype))
 
-    return flat_windows(ctx, padded.axes, src, out, dtype, term, lambda terms: balanced(op, terms))
+    plane, taps = plane_taps(padded.axes)
+    outs = [a.out for a in padded.axes]
+    return flat_windows(
+        ctx, src, out, dtype, plane, outs, taps, term, lambda terms: balanced(op, terms)
+    )
 
 
 # ---- MaxPool -------------------------------------------------------------------------------
