@@ -161,3 +161,14 @@ def test_padded_depthwise_convs_read_a_zero_padded_copy(
     for _ in range(2):
         got = session.run(None, {"x": x})[0]
         np.testing.assert_allclose(got, want, **sum_tol(kernel * kernel))
+
+
+def test_short_row_depthwise_runs_a_channel_at_a_time_where_planes_fit():
+    from polyonnx.schedule.default import default_schedule
+
+    for width, fused in ((28, True), (7, False)):  # 8 rows: 238-point and 70-point passes
+        kernel, buffers = _kernel(16, 16, width)
+        assert any(".flat" in s.write.buffer for s in kernel.statements)
+        schedule = default_schedule(kernel, buffers, 16)
+        attached = len(schedule.state.attach) == len(kernel.statements) - 1
+        assert attached == fused, width
