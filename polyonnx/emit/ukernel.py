@@ -639,17 +639,17 @@ class _Gemm:
 
             return body
 
-        prefetch = ranks(unroll)
+        steps = ranks(unroll)
         a_first, step = a_rows[0]
         if self.p.prefetch and step == 1 and unroll > 1:
             panel = ir.Constant(I64, self.p.mr)
             ahead = b.select(self.first_tile, panel, ir.Constant(I64, 0))
 
-            def prefetch(cur, k):
+            def steps(cur, k):  # the same unrolled step, after its share of prefetches
                 self._prefetch_a(a_first, b.udiv(k, ir.Constant(I64, unroll)), ahead)
                 return ranks(unroll)(cur, k)
 
-        acc = self._acc_loop(acc, ir.Constant(I64, 0), full, unroll, "ku", prefetch)
+        acc = self._acc_loop(acc, ir.Constant(I64, 0), full, unroll, "ku", steps)
         return self._acc_loop(acc, full, kcl, 1, "kt", ranks(1))
 
     def _prefetch_a(self, a_first, step, ahead) -> None:

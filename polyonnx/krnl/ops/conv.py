@@ -505,9 +505,14 @@ def _pads_a_copy(ch: Channels, axes: Sequence[Axis], x: Buffer) -> bool:
     return _padded_depthwise(ch, axes, x) and axes[-1].out >= PADDED_ROW
 
 
+def _depthwise_2d(ch: Channels, axes: Sequence[Axis], x: Buffer) -> bool:
+    """A float32 2-D depthwise Conv (one input channel a group)."""
+    return ch.group > 1 and ch.c_in == 1 and len(axes) == 2 and x.dtype == "float32"
+
+
 def _padded_depthwise(ch: Channels, axes: Sequence[Axis], x: Buffer) -> bool:
     """A float32 2-D depthwise Conv with stride 1 and padding."""
-    if ch.group == 1 or ch.c_in != 1 or len(axes) != 2 or x.dtype != "float32":
+    if not _depthwise_2d(ch, axes, x):
         return False
     return any(a.pad or a.pad_end for a in axes) and all(a.stride == 1 for a in axes)
 
@@ -556,10 +561,10 @@ def _weighted_sum(ctx: LowerContext, node: Node, w: Buffer, out: Buffer):
 def _phased_depthwise(ch: Channels, axes: Sequence[Axis], x: Buffer) -> bool:
     """Whether this strided depthwise Conv (one output channel a group) runs over the
     stride phases of its zero-padded input (:func:`_phased_depthwise_statements`)."""
-    if ch.group == 1 or ch.c_in != 1 or ch.m_out != 1 or len(axes) != 2:
-        return False
     taps = math.prod(a.kernel for a in axes)
-    if x.dtype != "float32" or all(a.stride == 1 for a in axes) or taps > FLAT_TAPS:
+    if not _depthwise_2d(ch, axes, x) or ch.m_out != 1 or taps > FLAT_TAPS:
+        return False
+    if all(a.stride == 1 for a in axes):
         return False
     return axes[-1].out < PHASED_ROW or taps >= 4 * math.prod(a.stride for a in axes)
 
