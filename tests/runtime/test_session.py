@@ -126,6 +126,27 @@ def test_results_are_fresh_arrays_and_inputs_are_untouched(session):
         np.testing.assert_array_equal(feed[name], value)
 
 
+def test_a_released_result_array_is_reused_and_a_held_one_never(session):
+    first = session.run(["y"], _feed(seed=1))[0]
+    address = first.ctypes.data
+    del first  # nothing references the array now: the next run may write into it
+    again = session.run(["y"], _feed(seed=2))[0]
+    assert again.ctypes.data == address
+    assert_matches(again, _expected(_feed(seed=2))[0])
+
+    held = [session.run(["y"], _feed(seed=s))[0] for s in range(5)]  # more than it keeps
+    view = session.run(["y"], _feed(seed=5))[0][1:]  # only a view of this one is held
+    later = session.run(["y"], _feed(seed=6))[0]
+    for seed, array in enumerate([*held, later]):
+        want = _expected(_feed(seed=6 if seed == 5 else seed))[0]
+        assert_matches(array, want)
+    assert_matches(view, _expected(_feed(seed=5))[0][1:])
+    arrays = [*held, view, later]
+    assert not any(
+        np.shares_memory(x, y) for i, x in enumerate(arrays) for y in arrays[i + 1 :]
+    )
+
+
 def test_non_contiguous_inputs(session):
     rng = np.random.default_rng(1)
     a = random_array(rng, (3, 6))[:, ::2].T  # (3, 3), neither C- nor F-contiguous rows
