@@ -241,7 +241,6 @@ class CompiledModel:
                 results[name] = np.array(source if source is not None else prog.constants[name])
         return results
 
-
     def _output_array(self, name: str, shape, dtype) -> np.ndarray:
         """An array for output ``name``: a kept one that only the model references, or a
         new one, kept in place of the oldest (see ``KEPT_OUTPUTS``)."""

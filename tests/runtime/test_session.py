@@ -142,9 +142,7 @@ def test_a_released_result_array_is_reused_and_a_held_one_never(session):
         assert_matches(array, want)
     assert_matches(view, _expected(_feed(seed=5))[0][1:])
     arrays = [*held, view, later]
-    assert not any(
-        np.shares_memory(x, y) for i, x in enumerate(arrays) for y in arrays[i + 1 :]
-    )
+    assert not any(np.shares_memory(x, y) for i, x in enumerate(arrays) for y in arrays[i + 1 :])
 
 
 def test_non_contiguous_inputs(session):
