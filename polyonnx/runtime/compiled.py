@@ -230,10 +230,10 @@ class CompiledModel:
         results: dict[str, np.ndarray] = {}
         with self._lock:  # slots were listed once, in __post_init__
             for i, name in self._inputs:
-                self._slots[i] = inputs[name].ctypes.data
+                self._slots[i] = address(inputs[name])
             for i, name, shape, dtype in self._outputs:
                 results[name] = self._output_array(name, shape, dtype)
-                self._slots[i] = results[name].ctypes.data
+                self._slots[i] = address(results[name])
             self._entry(self._slots)
         for name in prog.outputs:
             if name not in results:
@@ -258,6 +258,16 @@ class CompiledModel:
         if self._poison:
             array.reshape(-1).view(np.uint8).fill(0xFF)  # reshape: a 0-d array too
         return array
+
+
+def address(array: np.ndarray) -> int:
+    """The address of a C-contiguous array's data: through ctypes' buffer view where the
+    array is writable and not empty, 0.3 us, where ``array.ctypes.data`` takes 1.8 (a run
+    of a small model takes an address per input and output)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+    except (TypeError, ValueError):  # read-only, or no bytes
+        return array.ctypes.data
 
 
 def multiply_adds(kernel: Kernel) -> int:

@@ -155,6 +155,17 @@ def test_non_contiguous_inputs(session):
         assert_matches(actual, want)
 
 
+def test_read_only_and_empty_inputs(session):
+    feed = _feed(n=3)
+    for array in feed.values():
+        array.setflags(write=False)  # its address cannot come through a writable buffer
+    for actual, want in zip(session.run(None, feed), _expected(feed), strict=True):
+        assert_matches(actual, want)
+    empty = _feed(n=0, m=0)
+    results = session.run(None, empty)
+    assert [r.shape for r in results] == [(0, 3), (0, 3), (2, 0)]
+
+
 def test_model_from_path_bytes_and_proto(tmp_path):
     model = _two_input_model()
     path = tmp_path / "model.onnx"
