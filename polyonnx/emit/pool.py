@@ -216,6 +216,10 @@ class _Pool:
         with b.if_then(b.not_(self._has_chunks(b, "seq_cst"))):
             self._futex(b, FUTEX_WAIT_PRIVATE, seen)
         b.atomic_rmw("sub", self.sleepers, ir.Constant(I32, 1), "seq_cst")
+        # Woken (or the job came first): spin afresh. A worker woken too late for a short
+        # job, which the caller has finished alone, would otherwise sleep again at once and
+        # be late for every job after it: the next model kernels come right after.
+        b.store(ir.Constant(I32, 0), spins)
         b.branch(wait)
         return fn
 
