@@ -16,7 +16,8 @@ whole ShuffleNet convolution; pool workers are started once, on first need.
   (the caller waits for every claimed chunk before it writes the next job); the generation
   makes a claim on a finished job fail even where the next one has as many chunks.
 - Idle workers spin (about SPINS pauses), then sleep on a futex word that the caller bumps
-  with each job; it wakes them only when one sleeps.
+  with each job; it wakes them only when one sleeps. A woken worker spins afresh, so that
+  one woken too late for a short job is awake for the ones that follow it.
 - One job at a time: a call that finds the pool busy (a parallel loop inside a parallel
   loop, or a second Python thread) runs its range serially on its own thread.
 - A forked child (its pid differs from the one that started the workers) starts its own.
