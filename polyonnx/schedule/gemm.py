@@ -233,18 +233,21 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
         packb, kc = 0, _even(geo.k, TAPS_KC, taps.count)
         if registers >= 32:
             mr, nr = min(16, geo.m), lanes
-    else:
-        streamed = geo.m <= STREAM_ROWS and 4 * geo.k * geo.n > STREAM_BYTES
+    nc = _even(geo.n, NC, nr)
+    if taps is None:
+        b_bytes = 4 * geo.k * geo.n
+        streamed = geo.m <= STREAM_ROWS and STREAM_BYTES < b_bytes < MEMORY_BYTES
         short = geo.m < SHORT_ROWS and geo.k <= SHORT_DEPTH
         packb = int(
             (geo.m >= PACK_ROWS and not streamed and not short) or b_row_stride(geo) is None
         )
+        if not packb and geo.m < PACK_ROWS and b_bytes >= MEMORY_BYTES:
+            kc, nc = ROWS_KC, _even(geo.n, ROWS_NC, nr)  # B read a few whole rows at a time
     work = geo.m * geo.n * geo.k
     batches = math.prod(geo.sizes[d] for d in geo.outer)
     split = "none"
     if work >= (BATCHED_SPLIT_WORK if batches > 1 else PARALLEL_WORK):
         split = "cols" if geo.n >= 4 * nr else "rows"
-    nc = _even(geo.n, NC, nr)
     prefetch = int(taps is None and 4 * geo.m * geo.k >= PREFETCH_A_BYTES)
     return Params(
         mr=mr, nr=nr, kc=kc, mc=64, nc=nc, unroll=4, split=split, packb=packb, prefetch=prefetch
@@ -288,6 +291,20 @@ thread in light ResNet-50, packed -> in place: Conv 1x1 256->64 at 56x56 1.02 ->
 512->128 at 28x28 0.99 -> 0.96, 256->128 at 56x56 2.00 -> 1.95; but 64->256 at 56x56
 (256 rows) 0.93 -> 0.96, 1024->256 at 14x14 (B 0.8 MB) 1.02 -> 1.05, and MatMul
 256x1024x3136 16.8 -> 18.5 ms, 1024^3 20.7 -> 22.9 ms."""
+
+MEMORY_BYTES = 4 << 20
+ROWS_KC = 16
+ROWS_NC = 4096
+"""A B of MEMORY_BYTES or more comes from memory, and a column strip of KC rows at a
+time (each row's 128 bytes in another page) is a pattern the prefetchers do not follow.
+With PACK_ROWS rows or more it is packed (its rows copied in NC-wide runs), not streamed
+in place; with fewer, it is read in place ROWS_KC whole rows (up to ROWS_NC columns) at a
+time, side by side. Measured 1 thread, default -> this: MatMul 8x4096x4096 14.0-16.6 ->
+6.1-7.8 ms (numpy 7.4), 8x2048x2048 4.86 -> 1.58, 16x4096x4096 23.2 -> 15.4, 8x1024x1024
+0.252 -> 0.236 (but 8x784x512, B 1.6 MB: 0.087 -> 0.095, hence the threshold);
+64x1024x1024 2.07 -> 1.69, 64x1024x2048 6.72 -> 4.72, 128x512x3136 5.83 -> 5.05,
+32x2048x2048 4.81 -> 4.26; in place stays better at 64x256x3136 (B 3.2 MB): 1.15 against
+1.20 packed."""
 
 TAPS_KC = 2304
 """A padded 3x3 Conv reads its input in place, with a 16 x W register tile (one B vector

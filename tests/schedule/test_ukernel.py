@@ -312,6 +312,8 @@ def test_a_batch_of_small_gemms_runs_its_batch_loop_on_threads():
         (_matmul_model((16, 64), (64, 64), (16, 64)), True),  # too few rows to pack for
         (_matmul_model((68, 68), (68, 196), (68, 196)), True),  # few rows, short K
         (_matmul_model((128, 256), (256, 784), (128, 784)), False),  # K 256
+        (_matmul_model((64, 1024), (1024, 1024), (64, 1024)), False),  # B 4 MB: memory
+        (_matmul_model((8, 1024), (1024, 1024), (8, 1024)), True),  # too few rows
     ],
 )
 def test_the_default_reads_b_in_place_where_packing_measured_slower(model, in_place):
@@ -346,3 +348,26 @@ def test_the_default_register_tile_wastes_few_rows(rows, mr):
     program = lower_model(_matmul_model((rows, 64), (64, 196), (rows, 196)))
     tree = default_schedule(program.kernels[0], program.buffers).tree
     assert f"ukernel_mr{mr}_" in tree
+
+
+@pytest.mark.parametrize(
+    ("shape", "rows"),
+    [
+        ((8, 1024, 1024), True),  # B 4 MB, from memory, and too few rows to pack it for
+        ((13, 1024, 1100), True),  # odd rows and columns
+        ((8, 784, 512), False),  # B 1.6 MB
+        ((64, 1024, 1024), False),  # packed
+    ],
+)
+def test_the_default_reads_a_big_b_for_few_rows_a_few_whole_rows_at_a_time(shape, rows):
+    m, k, n = shape
+    model = _matmul_model((m, k), (k, n), (m, n))
+    program = lower_model(model)
+    tree = default_schedule(program.kernels[0], program.buffers).tree
+    assert ("_kc16_" in tree) == rows
+    if rows:
+        assert f"_nc{-(-n // 32) * 32}_" in tree  # whole rows, in NR multiples
+        rng = np.random.default_rng(7)
+        a, b = random_array(rng, (m, k)), random_array(rng, (k, n))
+        got = polyonnx.InferenceSession(model, threads=2).run(None, {"a": a, "b": b})[0]
+        np.testing.assert_allclose(got, a @ b, **sum_tol(k))
