@@ -285,7 +285,7 @@ but 128 x 256 x 784 496 -> 512."""
 STREAM_ROWS = 128
 STREAM_BYTES = 1 << 20
 """Up to STREAM_ROWS rows, a B of more than STREAM_BYTES (the L2 of the Zen 4 this was
-measured on) is read in place, not packed: it comes from memory either way, and packing
+measured on), and less than MEMORY_BYTES, is read in place, not packed: it comes from memory either way, and packing
 is then a pass bound by memory that no FMA overlaps, shared by few row tiles. Measured 1
 thread in light ResNet-50, packed -> in place: Conv 1x1 256->64 at 56x56 1.02 -> 0.95 ms,
 512->128 at 28x28 0.99 -> 0.96, 256->128 at 56x56 2.00 -> 1.95; but 64->256 at 56x56
