@@ -117,7 +117,7 @@ one only when every kept array is still in use (two cover the usual loop, which 
 last result while it asks for the next). A fresh array of more than the C library's mmap
 threshold (32 MB at most) comes from the kernel as zeroed pages, faulted in while the
 kernel writes: MatMul 4096x64x4096 (a 64 MB result) took 37 ms a run with a new array each
-time and 26.5 ms reusing one (1 thread, same process)."""
+time and 26.5 ms reusing one (1 thread, a process each)."""
 
 
 @dataclass(frozen=True)

@@ -285,8 +285,9 @@ but 128 x 256 x 784 496 -> 512."""
 STREAM_ROWS = 128
 STREAM_BYTES = 1 << 20
 """Up to STREAM_ROWS rows, a B of more than STREAM_BYTES (the L2 of the Zen 4 this was
-measured on), and less than MEMORY_BYTES, is read in place, not packed: it comes from memory either way, and packing
-is then a pass bound by memory that no FMA overlaps, shared by few row tiles. Measured 1
+measured on) but less than MEMORY_BYTES is read in place, not packed: it comes from
+memory either way, and packing is then a pass bound by memory that no FMA overlaps,
+shared by few row tiles. Measured 1
 thread in light ResNet-50, packed -> in place: Conv 1x1 256->64 at 56x56 1.02 -> 0.95 ms,
 512->128 at 28x28 0.99 -> 0.96, 256->128 at 56x56 2.00 -> 1.95; but 64->256 at 56x56
 (256 rows) 0.93 -> 0.96, 1024->256 at 14x14 (B 0.8 MB) 1.02 -> 1.05, and MatMul
@@ -300,7 +301,7 @@ time (each row's 128 bytes in another page) is a pattern the prefetchers do not 
 With PACK_ROWS rows or more it is packed (its rows copied in NC-wide runs), not streamed
 in place; with fewer, it is read in place ROWS_KC whole rows (up to ROWS_NC columns) at a
 time, side by side. Measured 1 thread, default -> this: MatMul 8x4096x4096 14.0-16.6 ->
-6.1-7.8 ms (numpy 7.4), 8x2048x2048 4.86 -> 1.58, 16x4096x4096 23.2 -> 15.4, 8x1024x1024
+6.1-7.8 ms, 8x2048x2048 4.86 -> 1.58, 16x4096x4096 23.2 -> 15.4, 8x1024x1024
 0.252 -> 0.236 (but 8x784x512, B 1.6 MB: 0.087 -> 0.095, hence the threshold);
 64x1024x1024 2.07 -> 1.69, 64x1024x2048 6.72 -> 4.72, 128x512x3136 5.83 -> 5.05,
 32x2048x2048 4.81 -> 4.26; in place stays better at 64x256x3136 (B 3.2 MB): 1.15 against
