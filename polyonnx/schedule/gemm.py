@@ -183,6 +183,8 @@ def geometry(stmt: Statement, buffers: Mapping[str, Buffer]) -> Geometry | None:
     depth = tuple(d for d in range(len(names)) if c.coeffs[d] == 0 and sizes[d] > 1)
     if not depth:
         return None
+    if math.prod(n for d, n in enumerate(sizes) if d not in depth) != buffers[c.buffer].size:
+        return None  # C elements no product reaches (a Conv's last row in its padding)
     inner = [d for d in range(len(names)) if c.coeffs[d] == 1 and sizes[d] > 1]
     if len(inner) != 1:
         return None

@@ -15,6 +15,7 @@ from polyonnx.errors import ScheduleError
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.schedule.default import default_schedule
 from tests.helpers import fast, make_model, random_array, seeds, sum_tol, value_info
+from tests.krnl.test_conv import conv_ref
 
 F32 = np.float32
 
@@ -150,3 +151,29 @@ def test_the_default_reads_a_3x3_conv_in_place(c, m, hw, stride, in_place):
     (kernel,) = program.kernels
     tree = default_schedule(kernel, program.buffers).tree
     assert ("packb0" in tree) == in_place
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("params", [None, {"packb": 1}])
+def test_a_conv_with_an_output_row_in_its_padding_is_exact(stride, params):
+    """Pads as large as the kernel: the last output row reads only padding (its value is
+    the bias), so the update's domain has a row fewer than the output. The GEMM must not
+    take the output's shape from the update: it would leave that row uninitialised."""
+    rng = np.random.default_rng(0)
+    x = random_array(rng, (1, 16, 24, 29))
+    w = random_array(rng, (32, 16, 2, 3))
+    bias = random_array(rng, (32,))
+    node = helper.make_node(
+        "Conv", ["x", "w", "b"], ["y"], name="conv", pads=[0, 1, 2, 1], strides=[1, stride]
+    )
+    out = (1, 32, 25, (29 + 2 - 3) // stride + 1)
+    model = make_model(
+        [node], [value_info("x", F32, x.shape)], [value_info("y", F32, out)], {"w": w, "b": bias}
+    )
+    prog = polyonnx.load(model)
+    if params is not None:
+        with pytest.raises(ScheduleError, match="exactly one float32 contraction"):
+            prog.schedule("conv").ukernel(**params)
+    got = polyonnx.InferenceSession(prog, threads=2).run(None, {"x": x})[0]
+    ref = conv_ref(x, w, bias, 1, (1, stride), (1, 1), (0, 1), out[2:])
+    np.testing.assert_allclose(got, ref, **sum_tol(16 * 6))
