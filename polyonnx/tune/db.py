@@ -264,7 +264,10 @@ class Database:
         self.path = pathlib.Path(path)
         if not create and not self.path.exists():
             raise TuningError(f"there is no tuning database at {self.path}")
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        """Reentrant: a KeyboardInterrupt between a ``_sql`` block taking the lock and its
+        ``with`` taking charge of releasing it leaves the lock held by this thread, and
+        ``__exit__``'s close must still get it (a writer stopped by Ctrl-C hung there)."""
         try:
             self._conn = sqlite3.connect(
                 self.path, timeout=30, isolation_level=None, check_same_thread=False
