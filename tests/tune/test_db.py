@@ -279,7 +279,7 @@ def test_no_trial_is_lost_when_the_writer_is_killed(tmp_path, sig):
         with Database(path) as reader:  # a reader sees commits while the writer runs
             assert {t.uid for t in reader.trials("t1", ZEN_WRITER)} >= set(printed)
         writer.send_signal(sig)
-        printed += writer.stdout.read().split()
+        printed += writer.communicate(timeout=60)[0].split()  # a hang fails, not stalls
     finally:
         writer.kill()
         writer.wait()
