@@ -676,7 +676,8 @@ class _Gemm:
         def body(cur, channel):
             row = b.gep(b_at, [b.mul(channel, ir.Constant(I64, taps.step))], source_etype=F32)
             first = b.mul(channel, ir.Constant(I64, taps.count))
-            for t, offset in enumerate(taps.offsets):
+            for t in taps.live:
+                offset = taps.offsets[t]
                 bv = [
                     b.call(
                         self.mload,

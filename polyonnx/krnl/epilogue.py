@@ -46,8 +46,9 @@ def fuse_epilogues(program: Program, is_contraction) -> Program:
 
 
 def _output(kernel: Kernel) -> str | None:
-    written = {s.write.buffer for s in kernel.statements}
-    return next(iter(written)) if len(written) == 1 else None
+    """What the kernel's last statement writes; the others may also fill temps it reads
+    (a strided Conv's phase copy, krnl/ops/phases.py)."""
+    return kernel.statements[-1].write.buffer if kernel.statements else None
 
 
 def _absorb(host: Kernel, guest: Kernel, program: Program, kernels: list[Kernel]):

@@ -25,6 +25,7 @@ from polyonnx.schedule.gemm import (
     Geometry,
     Params,
     default_params,
+    is_ukernel_mark,
     ukernel_schedule,
     vector_registers,
     worth_it,
@@ -48,8 +49,8 @@ def default_schedule(
     on threads."""
     lanes = lanes or host_target().lanes(4)
     gemm = ukernel_schedule(kernel, buffers, lambda geo: _gemm_params(geo, lanes))
-    if gemm is not None:
-        return gemm
+    if gemm is not None:  # its other statements (a strided Conv's phase copy) on threads
+        return _with_threads(gemm)
     depthwise = depthwise_schedule(kernel, buffers, lanes)  # threads: its own
     if depthwise is not None:
         return depthwise
@@ -116,7 +117,7 @@ def _with_threads(schedule: KernelSchedule) -> KernelSchedule:
         group = [stmt] + [
             state.statement(g) for g, (h, _) in state.attach.items() if h == stmt.name
         ]
-        if nest.statement in state.attach or not nest.loops:
+        if nest.statement in state.attach or not nest.loops or _in_gemm(state, nest):
             continue
         if sum(_work(s) for s in group) < least:  # a fused group: all of it
             continue
@@ -133,6 +134,11 @@ def _with_threads(schedule: KernelSchedule) -> KernelSchedule:
         with contextlib.suppress(ScheduleError):
             state = annotate.parallel(state, deps, first)
     return state.to_kernel_schedule() if state is not schedule.state else schedule
+
+
+def _in_gemm(state: State, nest: Nest) -> bool:
+    """Whether the micro-kernel runs this nest (it splits itself over threads)."""
+    return any(is_ukernel_mark(m) for v in nest.loops for m in state.marks.get(v.name, ()))
 
 
 POOLS = ("MaxPool", "AveragePool", "LpPool")

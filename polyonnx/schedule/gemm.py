@@ -511,6 +511,8 @@ MAX_TAPS = 9
 """Most taps per channel read in place (a 3x3 window). Each tap is unrolled in the K loop
 with its own masks; LLVM schedules 25 taps' loads so early that the accumulators spill
 (Conv 5x5 128->128 at 28x28: 73 GF/s in place, 94 packed)."""
+SLOTS = 2
+"""Most tap slots per live tap (a 3x3 stride-2 window over phases: 16 slots, 9 live)."""
 
 
 @dataclass(frozen=True)
@@ -529,6 +531,10 @@ class Taps:
     """Per constraint, its coefficient of each J dim (in ``geo.cols`` order)."""
     bounds: tuple[tuple[int, ...], ...]
     """Per constraint, per tap: its constant plus its terms in the tap dims."""
+    live: tuple[int, ...]
+    """The taps some point of the domain has. A Conv over its input's stride phases
+    (krnl/ops/phases.py) has a slot per phase and offset, and the slots past its window
+    (a constraint on the tap dims alone fails) are skipped: A holds zeros there."""
 
 
 def b_taps(geo: Geometry) -> Taps | None:
@@ -539,7 +545,7 @@ def b_taps(geo: Geometry) -> Taps | None:
     first = next((i for i, d in enumerate(geo.depth) if d in named), len(geo.depth))
     channels, window = geo.depth[:first], geo.depth[first:]
     count = math.prod(geo.sizes[d] for d in window)
-    if not window or count > MAX_TAPS:
+    if not window or count > SLOTS * MAX_TAPS:
         return None
     step = geo.b.coeffs[channels[-1]] if channels else 0
     stride = step
@@ -556,7 +562,11 @@ def b_taps(geo: Geometry) -> Taps | None:
         tuple(const + sum(coeffs[d] * v for d, v in zip(window, t, strict=True)) for t in taps)
         for coeffs, const in geo.constraints
     )
-    return Taps(count, step, offsets, columns, bounds)
+    dead = [b for c, b in zip(columns, bounds, strict=True) if not any(c)]
+    live = tuple(t for t in range(count) if all(b[t] >= 0 for b in dead))
+    if len(live) > MAX_TAPS:
+        return None
+    return Taps(count, step, offsets, columns, bounds, live)
 
 
 def _check(params: Params, lanes: int, geo: Geometry) -> None:

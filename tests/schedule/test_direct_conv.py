@@ -143,7 +143,8 @@ def test_a_conv_read_in_place_takes_whole_windows():
         (64, 64, 56, 1, True),
         (128, 32, 7, 1, True),
         (512, 512, 7, 1, True),  # 49 columns: the 49th a dot product
-        (64, 128, 56, 2, False),  # strided: im2col, packed
+        (64, 128, 56, 2, True),  # strided: over its phases (krnl/ops/phases.py)
+        (64, 128, 56, 3, False),  # stride 3: 36 slots for 9 taps, packed from the input
     ],
 )
 def test_the_default_reads_a_3x3_conv_in_place(c, m, hw, stride, in_place):

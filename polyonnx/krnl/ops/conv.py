@@ -354,9 +354,12 @@ class Channels:
     def dims(self) -> list[str]:
         return ["n", *self.head, *self.out_dims, "c", *self.k_dims]
 
+    @property
+    def head_sizes(self) -> list[int]:
+        return [self.group, self.m_out] if self.group > 1 else [self.m_out]
+
     def shape(self, n: int, out: Sequence[int], kernel: Sequence[int]) -> list[int]:
-        head = [self.group, self.m_out] if self.group > 1 else [self.m_out]
-        return [n, *head, *out, self.c_in, *kernel]
+        return [n, *self.head_sizes, *out, self.c_in, *kernel]
 
     @property
     def m(self) -> str:
@@ -446,7 +449,9 @@ def _bias(ctx: LowerContext, node: Node, out: Buffer) -> Buffer | None:
 
 @lowers("Conv", "ConvInteger")
 def lower_conv(ctx: LowerContext, node: Node) -> None:
-    x, w = ctx.buffer(node.inputs[0]), ctx.buffer(node.inputs[1])
+    from polyonnx.krnl.ops import phases  # (it builds on this module)
+
+    x, w = ctx.buffer(node.inputs[0]), _unregistered(ctx, node.inputs[1])
     ch = channels(node, x, w)
     axes = window(node, x.shape[2:], kernel_shape(node, w.shape[2:]))
     out_shape = (x.shape[0], w.shape[0], *(a.out for a in axes))
@@ -454,6 +459,14 @@ def lower_conv(ctx: LowerContext, node: Node) -> None:
     out = ctx.output(node.outputs[0], out_shape, "int32" if integer else x.dtype)
     acc = accumulator(ctx, out)
 
+    weights = ctx.constant(node.inputs[1])
+    plan = None if integer or _depthwise_2d(ch, axes, x) else phases.plan(axes, x, weights)
+    if plan is not None:  # V, not W, is read: W is not registered
+        head = list(zip(ch.head, ch.head_sizes, strict=True))
+        copy, update = phases.statements(ctx, x, weights, plan, acc, head, (ch.m, ch.c))
+        ctx.kernel(node, [copy, _init(ctx, node, acc, node.input(2), "S1"), update])
+        return
+    w = ctx.buffer(node.inputs[1])
     if not integer and _flat_depthwise(ch, axes, x):
         ctx.kernel(node, _flat_depthwise_statements(ctx, node, x, w, out, axes))
         return
@@ -487,6 +500,15 @@ def lower_conv(ctx: LowerContext, node: Node) -> None:
     if acc is not out:
         stmts.append(round_into(out, acc, f"S{first + 2}"))
     ctx.kernel(node, stmts)
+
+
+def _unregistered(ctx: LowerContext, name: str) -> Buffer:
+    """The Buffer of ``name``, a constant not yet registered as one of the program's (a
+    lowering that reads a re-laid copy of it leaves it out)."""
+    value = ctx.constant(name)
+    if value is None or name in ctx.buffers:
+        return ctx.buffer(name)
+    return Buffer(name, tuple(value.shape), value.dtype.name)
 
 
 PADDED_ROW = 64
