@@ -250,6 +250,8 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     split = "none"
     if work >= (BATCHED_SPLIT_WORK if batches > 1 else PARALLEL_WORK):
         split = "cols" if geo.n >= 4 * nr else "rows"
+        if taps is not None and 4 * geo.m * geo.k >= TAPS_ROWS_BYTES and geo.m >= 2 * mr:
+            split = "rows"
     prefetch = int(taps is None and 4 * geo.m * geo.k >= PREFETCH_A_BYTES)
     return Params(
         mr=mr, nr=nr, kc=kc, mc=64, nc=nc, unroll=4, split=split, packb=packb, prefetch=prefetch
@@ -308,6 +310,16 @@ time, side by side. Measured 1 thread, default -> this: MatMul 8x4096x4096 14.0-
 64x1024x1024 2.07 -> 1.69, 64x1024x2048 6.72 -> 4.72, 128x512x3136 5.83 -> 5.05,
 32x2048x2048 4.81 -> 4.26; in place stays better at 64x256x3136 (B 3.2 MB): 1.15 against
 1.20 packed."""
+
+TAPS_ROWS_BYTES = 1 << 20
+"""A Conv read in place with weights (A) of this size or more (more than the L2 of the
+Zen 4 this was measured on) splits its rows over threads, not its columns: each thread
+then reads half of A, which in a model comes from memory, and B is read in place, so no
+packing is duplicated. Measured in light ResNet-50, 2 threads, 30 rounds, per kernel,
+columns -> rows in one process: 3x3 256->256 at 14x14 (A 2.4 MB, x6) 1.28-1.38 ->
+1.16-1.26 ms; 3x3 stride 2 over phases (krnl/ops/phases.py) 256 at 28 (4.2 MB) 1.66-1.79
+-> 1.55-1.61. 128 at 56 (1.06 MB) took 1.58-1.62 with columns, its packed im2col form
+1.41-1.48; in other runs, 1.20-1.29 with rows and the packed form 1.34-1.44."""
 
 TAPS_KC = 2304
 """A padded 3x3 Conv reads its input in place, with a 16 x W register tile (one B vector

@@ -154,6 +154,20 @@ def test_the_default_reads_a_3x3_conv_in_place(c, m, hw, stride, in_place):
     assert ("packb0" in tree) == in_place
 
 
+@pytest.mark.parametrize(
+    ("c", "m", "hw", "split"),
+    [
+        (256, 256, 14, "rows"),  # weights of 2.4 MB: each thread reads half
+        (128, 128, 28, "cols"),  # 0.6 MB
+        (64, 64, 56, "cols"),
+    ],
+)
+def test_a_conv_read_in_place_with_big_weights_splits_its_rows(c, m, hw, split):
+    program = lower_model(_conv(c, m, hw, 3))
+    (kernel,) = program.kernels
+    assert f"split{split}" in default_schedule(kernel, program.buffers).tree
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("params", [None, {"packb": 1}])
 def test_a_conv_with_an_output_row_in_its_padding_is_exact(stride, params):
