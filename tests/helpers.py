@@ -94,6 +94,18 @@ def make_model(
     return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", opset)])
 
 
+def square_conv_model(c: int, m: int, hw: int, k: int, stride: int = 1, pad: int = 1):
+    """A one-Conv model ("conv", no bias): c -> m channels of hw x hw, a k x k window of
+    ones, square stride and pads."""
+    out = (hw + 2 * pad - k) // stride + 1
+    w = np.ones((m, c, k, k), np.float32)
+    node = helper.make_node(
+        "Conv", ["x", "w"], ["y"], name="conv", pads=[pad] * 4, strides=[stride] * 2
+    )
+    x = value_info("x", np.float32, (1, c, hw, hw))
+    return make_model([node], [x], [value_info("y", np.float32, (1, m, out, out))], {"w": w})
+
+
 def node_model(
     op_type: str,
     args: Sequence[np.ndarray | Const | None],

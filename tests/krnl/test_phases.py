@@ -20,7 +20,15 @@ from polyonnx.krnl.ops import phases
 from polyonnx.krnl.ops.conv import Axis
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.schedule.default import default_schedule
-from tests.helpers import fast, make_model, random_array, seeds, sum_tol, value_info
+from tests.helpers import (
+    fast,
+    make_model,
+    random_array,
+    seeds,
+    square_conv_model,
+    sum_tol,
+    value_info,
+)
 from tests.krnl.test_conv import conv_ref, out_size
 
 F32 = np.float32
@@ -115,16 +123,6 @@ def test_a_strided_conv_over_phases_matches_numpy(
     np.testing.assert_allclose(got, np.maximum(ref, 0), **sum_tol(16 * c * np.prod(kernel)))
 
 
-def _conv(c, m, hw, k, stride, pad):
-    out = (hw + 2 * pad - k) // stride + 1
-    w = np.ones((m, c, k, k), F32)
-    node = helper.make_node(
-        "Conv", ["x", "w"], ["y"], name="conv", pads=[pad] * 4, strides=[stride] * 2
-    )
-    x = value_info("x", F32, (1, c, hw, hw))
-    return make_model([node], [x], [value_info("y", F32, (1, m, out, out))], {"w": w})
-
-
 @pytest.mark.parametrize(
     ("c", "hw", "k", "stride", "pad", "phased"),
     [
@@ -139,7 +137,7 @@ def _conv(c, m, hw, k, stride, pad):
     ],
 )
 def test_which_convs_run_over_phases(c, hw, k, stride, pad, phased):
-    program = lower_model(_conv(c, 16, hw, k, stride, pad))
+    program = lower_model(square_conv_model(c, 16, hw, k, stride, pad))
     (kernel,) = program.kernels
     copies = [s for s in kernel.statements if ".phases" in s.write.buffer]
     assert bool(copies) == phased

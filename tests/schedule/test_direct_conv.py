@@ -14,7 +14,15 @@ import polyonnx
 from polyonnx.errors import ScheduleError
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.schedule.default import default_schedule
-from tests.helpers import fast, make_model, random_array, seeds, sum_tol, value_info
+from tests.helpers import (
+    fast,
+    make_model,
+    random_array,
+    seeds,
+    square_conv_model,
+    sum_tol,
+    value_info,
+)
 from tests.krnl.test_conv import conv_ref
 
 F32 = np.float32
@@ -105,22 +113,12 @@ def test_a_conv_read_in_place_matches_numpy(
     np.testing.assert_allclose(got, np.maximum(ref, 0), **sum_tol(16 * c * kh * kw))
 
 
-def _conv(c, m, hw, k, stride=1, pad=1):
-    out = (hw + 2 * pad - k) // stride + 1
-    w = np.ones((m, c, k, k), F32)
-    node = helper.make_node(
-        "Conv", ["x", "w"], ["y"], name="conv", pads=[pad] * 4, strides=[stride] * 2
-    )
-    x = value_info("x", F32, (1, c, hw, hw))
-    return make_model([node], [x], [value_info("y", F32, (1, m, out, out))], {"w": w})
-
-
 @pytest.mark.parametrize(
     ("model", "reason"),
     [
-        (_conv(8, 16, 9, 3, stride=2), "packb=0 needs B contiguous"),  # rows step 2
-        (_conv(8, 16, 9, 3, pad=0), "packb=0 needs B contiguous"),  # rows 7 of 9 long
-        (_conv(8, 16, 9, 5, pad=2), "packb=0 needs B contiguous"),  # 25 taps
+        (square_conv_model(8, 16, 9, 3, stride=2), "packb=0 needs B contiguous"),  # rows step 2
+        (square_conv_model(8, 16, 9, 3, pad=0), "packb=0 needs B contiguous"),  # rows 7 of 9 long
+        (square_conv_model(8, 16, 9, 5, pad=2), "packb=0 needs B contiguous"),  # 25 taps
     ],
 )
 def test_reading_a_conv_in_place_is_refused_where_it_does_not_apply(model, reason):
@@ -131,7 +129,7 @@ def test_reading_a_conv_in_place_is_refused_where_it_does_not_apply(model, reaso
 
 
 def test_a_conv_read_in_place_takes_whole_windows():
-    s = polyonnx.load(_conv(8, 16, 9, 3)).schedule("conv")
+    s = polyonnx.load(square_conv_model(8, 16, 9, 3)).schedule("conv")
     with pytest.raises(ScheduleError, match="multiple of the 9 taps"):
         s.ukernel(packb=0, kc=32)
     s.ukernel(packb=0, kc=36)
@@ -148,7 +146,7 @@ def test_a_conv_read_in_place_takes_whole_windows():
     ],
 )
 def test_the_default_reads_a_3x3_conv_in_place(c, m, hw, stride, in_place):
-    program = lower_model(_conv(c, m, hw, 3, stride=stride))
+    program = lower_model(square_conv_model(c, m, hw, 3, stride=stride))
     (kernel,) = program.kernels
     tree = default_schedule(kernel, program.buffers).tree
     assert ("packb0" in tree) == in_place
@@ -163,7 +161,7 @@ def test_the_default_reads_a_3x3_conv_in_place(c, m, hw, stride, in_place):
     ],
 )
 def test_a_conv_read_in_place_with_big_weights_splits_its_rows(c, m, hw, split):
-    program = lower_model(_conv(c, m, hw, 3))
+    program = lower_model(square_conv_model(c, m, hw, 3))
     (kernel,) = program.kernels
     assert f"split{split}" in default_schedule(kernel, program.buffers).tree
 
