@@ -111,8 +111,9 @@ def plan(axes: Sequence, x: Buffer, weights: np.ndarray | None) -> tuple[Phases,
 ROW_ALIAS = 2048
 """V's rows get one more channel (of zeros, never read) when their length is a multiple
 of this many bytes: the micro-kernel broadcasts A from 16 rows at once, and rows a large
-power of two apart fall in one L1 set. Measured 1 thread, 3x3 stride 2 at 56x56, 128
-channels (rows of 8 KB) -> 128: 5.3 ms unpadded, 120 -> 128: 2.25 ms."""
+power of two apart fall in one L1 set. Measured 1 thread, 3x3 stride 2 at 56x56, 128 ->
+128 channels (rows of 8 KB): 5.3 ms unpadded, 2.24-2.36 ms padded; 120 -> 128 channels
+(rows of 7.5 KB), unpadded: 2.25 ms."""
 
 
 def slot_weights(weights: np.ndarray, phases: Sequence[Phases]) -> np.ndarray:
