@@ -117,7 +117,7 @@ def test_a_strided_conv_over_phases_matches_numpy(
         plan = phases.plan(
             _axes(size, kernel, stride, begin, end), Buffer("x", x.shape, "float32"), w
         )
-        slots = np.prod([p.stride * p.offsets for p in plan])
+        slots = np.prod([p.axis.stride * p.offsets for p in plan])
         prog.schedule("conv").ukernel(kc=int(channels * slots), **params)
     got = polyonnx.InferenceSession(prog, threads=threads).run(None, feed)[0]
     np.testing.assert_allclose(got, np.maximum(ref, 0), **sum_tol(16 * c * np.prod(kernel)))

@@ -28,7 +28,7 @@ import numpy as np
 from polyonnx.krnl import build as kb
 from polyonnx.krnl.ir import Buffer, Statement
 from polyonnx.krnl.lower import LowerContext
-from polyonnx.krnl.ops.conv import affine, domain
+from polyonnx.krnl.ops.conv import Axis, affine, domain
 
 MAX_TAPS = 9
 """Taps per channel up to which a strided Conv runs over phases: the micro-kernel reads a
@@ -61,26 +61,22 @@ stem, 3 -> 24 at 224, 1 thread (2 threads): 0.278 -> 0.304 ms (0.146 -> 0.203)."
 
 @dataclass(frozen=True)
 class Phases:
-    """One spatial axis over its phases: ``stride`` phases of ``length`` positions (the
-    output's row length along the last axis), and the ``offsets`` taps reach, from
+    """One spatial axis over its phases: ``axis.stride`` phases of ``length`` positions
+    (the output's row length along the last axis), and the ``offsets`` taps reach, from
     ``least`` (dmin)."""
 
-    size: int
-    kernel: int
-    stride: int
-    pad: int
-    out: int
+    axis: Axis
     length: int
     least: int
     offsets: int
 
     def slot_tap(self, a: int, e: int) -> int | None:
         """The tap of slot (phase a, offset e), or None when the slot is no tap."""
-        k = self.stride * (e + self.least) + a + self.pad
-        return k if 0 <= k < self.kernel else None
+        k = self.axis.stride * (e + self.least) + a + self.axis.pad
+        return k if 0 <= k < self.axis.kernel else None
 
 
-def plan(axes: Sequence, x: Buffer, weights: np.ndarray | None) -> tuple[Phases, ...] | None:
+def plan(axes: Sequence[Axis], x: Buffer, weights: np.ndarray | None) -> tuple[Phases, ...] | None:
     """The phases of a float32 Conv with constant float32 weights, a stride above 1, no
     dilation and at most MAX_TAPS taps, or None when it does not run over phases. Every
     phase must be read (the window at least as wide as the stride) and the last axis's
@@ -101,8 +97,8 @@ def plan(axes: Sequence, x: Buffer, weights: np.ndarray | None) -> tuple[Phases,
         last = min(a.size - 1, a.stride * (a.out - 1) + a.kernel - 1 - a.pad)
         if last // a.stride >= length:
             return None  # the last axis's rows would be longer than the output's
-        found.append(Phases(a.size, a.kernel, a.stride, a.pad, a.out, length, least, offsets))
-    slots = math.prod(p.stride * p.offsets for p in found)
+        found.append(Phases(a, length, least, offsets))
+    slots = math.prod(p.axis.stride * p.offsets for p in found)
     if slots > MAX_SLOTS * math.prod(a.kernel for a in axes):
         return None
     return tuple(found)
@@ -119,7 +115,7 @@ power of two apart fall in one L1 set. Measured 1 thread, 3x3 stride 2 at 56x56,
 def slot_weights(weights: np.ndarray, phases: Sequence[Phases]) -> np.ndarray:
     """V[m, c, a.., e..]: W[m, c, k..] at the slot of each tap, 0 at a slot that is none
     (and along a channel past W's, see ROW_ALIAS)."""
-    slots = (*(p.stride for p in phases), *(p.offsets for p in phases))
+    slots = (*(p.axis.stride for p in phases), *(p.offsets for p in phases))
     row = weights.shape[1] * math.prod(slots) * weights.itemsize
     out = np.zeros(
         (weights.shape[0], weights.shape[1] + (row % ROW_ALIAS == 0), *slots), np.float32
@@ -149,15 +145,15 @@ def statements(
     n, c = x.shape[:2]
     copy_src = ctx.temp(
         f"{acc.name}.phases",
-        (n, c, *(p.stride for p in phases), *(p.length for p in phases)),
+        (n, c, *(p.axis.stride for p in phases), *(p.length for p in phases)),
         x.dtype,
     )
     a_dims, i_dims = kb.dims("a", rank), kb.dims("i", rank)
     dims = ["pn", "pc", *a_dims, *i_dims]
     reads = [
-        affine([(p.stride, i), (1, a)]) for p, a, i in zip(phases, a_dims, i_dims, strict=True)
+        affine([(p.axis.stride, i), (1, a)]) for p, a, i in zip(phases, a_dims, i_dims, strict=True)
     ]
-    inside = [f"{r} < {p.size}" for r, p in zip(reads, phases, strict=True)]
+    inside = [f"{r} < {p.axis.size}" for r, p in zip(reads, phases, strict=True)]
     copy = Statement(
         "S0",
         domain("S0", dims, copy_src.shape, inside),
@@ -170,18 +166,18 @@ def statements(
     sizes = [
         n,
         *(size for _, size in head),
-        *(p.out for p in phases),
+        *(p.axis.out for p in phases),
         weights.shape[1],
-        *(p.stride for p in phases),
+        *(p.axis.stride for p in phases),
         *(p.offsets for p in phases),
     ]
     where = []
     at = []
     for p, o, a, e in zip(phases, o_dims, a_dims, e_dims, strict=True):
         at.append(affine([(1, o), (1, e)], p.least))
-        reach = affine([(p.stride, o), (p.stride, e), (1, a)], p.stride * p.least)
-        tap = affine([(p.stride, e), (1, a)], p.stride * p.least + p.pad)
-        where += [f"0 <= {reach} < {p.size}", f"0 <= {tap} < {p.kernel}"]
+        reach = affine([(p.axis.stride, o), (p.axis.stride, e), (1, a)], p.axis.stride * p.least)
+        tap = affine([(p.axis.stride, e), (1, a)], p.axis.stride * p.least + p.axis.pad)
+        where += [f"0 <= {reach} < {p.axis.size}", f"0 <= {tap} < {p.axis.kernel}"]
     m, ci = channel
     product = kb.binary(
         "mul",
