@@ -211,7 +211,7 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
                             b.icmp_signed("<=", rest, ir.Constant(I64, DOT_COLUMNS)),
                         )
                         if panel is not None:
-                            src, step = b.gep(panel, [jr], source_etype=F32), g.ncp
+                            src, step = g.panel_tile(panel, jr), params.nr
                         else:
                             first = g.b_first(kc, b.add(jc, jr))
                             src, step = b.gep(bmat, [first], source_etype=F32), g.ldb
@@ -224,7 +224,7 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
                         a_at = b.gep(a, [kc], source_etype=F32)
                         c_at = b.gep(c, [b.add(jc, jr)], source_etype=F32)
                         if panel is not None:
-                            b_at = b.gep(panel, [jr], source_etype=F32)
+                            b_at = g.panel_tile(panel, jr)
                         else:  # B in place
                             b_at = b.gep(bmat, [g.b_first(kc, b.add(jc, jr))], source_etype=F32)
                         packed = None
@@ -266,8 +266,10 @@ class _Gemm:
         self.mask_t = ir.VectorType(ir.IntType(1), lanes)
         self.nv = params.nr // lanes
         self.ncp = -(-params.nc // params.nr) * params.nr + params.nr
-        """Panel row length: whole NR tiles plus room to zero a partial one; the extra NR
-        floats also keep rows from mapping onto the same L1 sets."""
+        """Packed panel width: whole NR tiles plus one (room to zero a partial one). The
+        panel is stored a micro-panel at a time: column j of row k at
+        ``(j // NR) * KC * NR + k * NR + j % NR``, so that the micro-kernel reads B
+        contiguously, a line or two per k, and not one line a page apart per k."""
         module = b.module
         self.fma = _intrinsic(module, f"llvm.fma.v{lanes}f32", self.vec, [self.vec] * 3)
         self.mload = _intrinsic(
@@ -325,7 +327,7 @@ class _Gemm:
         the whole vectors and then the last few columns as dot products."""
         b, w, full = self.b, self.w, self.nv
         if full == 1 and self.dot is None:
-            self.micro(a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed)
+            self.whole_or_masked(cols, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed)
             return
         vectors = b.udiv(b.add(cols, ir.Constant(I64, w - 1)), ir.Constant(I64, w))
         if self.dot is not None:
@@ -344,7 +346,10 @@ class _Gemm:
             b.position_at_end(block)
             self.nv = nv
             self.b_masks = masks[:nv] if in_place else None
-            self.micro(a_at, b_at, c_at, ir_, ie, kcl, masks[:nv], col, packed)
+            if nv < full:
+                self.micro(a_at, b_at, c_at, ir_, ie, kcl, masks[:nv], col, packed)
+            else:
+                self.whole_or_masked(cols, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed)
             b.branch(done)
         self.nv = full
         self.b_masks = masks if in_place else None
@@ -353,6 +358,23 @@ class _Gemm:
             with b.if_then(self.dot):
                 at = b.mul(vectors, ir.Constant(I64, w))
                 self.dot_columns(a_at, c_at, ir_, ie, kcl, b.add(col, at), b.sub(cols, at), at)
+
+    def whole_or_masked(self, cols, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed):
+        """The NR-wide micro-kernel twice: for a tile of all NR columns with constant masks
+        (LLVM then emits plain loads and stores), else under ``masks``. Masked stores are
+        microcoded on Zen 2/3 (AVX2 ``vmaskmovps``): a 6 x 16 tile's twelve of them took a
+        fifth of its time at K = 256."""
+        b = self.b
+        ones = [ir.Constant(self.mask_t, [1] * self.w)] * self.nv
+        in_place = self.b_masks is not None
+        exact = b.icmp_signed("==", cols, ir.Constant(I64, self.p.nr))
+        with b.if_else(exact, likely=True) as (then, otherwise):
+            with then:
+                self.b_masks = ones if in_place else None
+                self.micro(a_at, b_at, c_at, ir_, ie, kcl, ones, col, packed)
+            with otherwise:
+                self.b_masks = masks if in_place else None
+                self.micro(a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed)
 
     def micro(self, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed=None) -> None:
         """One MR x NR tile; A read in place (``a_at``: A at column kc), or from its packed
@@ -750,7 +772,7 @@ class _Gemm:
     def _rank1(self, acc, a_rows, b_at, k):
         b = self.b
         if self.b_masks is None:  # the packed panel: whole, aligned NR tiles
-            row = b.gep(b_at, [b.mul(k, ir.Constant(I64, self.ncp))], source_etype=F32)
+            row = b.gep(b_at, [b.mul(k, ir.Constant(I64, self.p.nr))], source_etype=F32)
             bv = [
                 b.load(self._at(row, v * self.w), typ=self.vec, align=4 * self.w)
                 for v in range(self.nv)
@@ -781,48 +803,69 @@ class _Gemm:
 
     def pack_a(self, panel, src, ic, ie, kc, kcl) -> None:
         """Rows ic..ie, columns kc..kc+kcl of A into ``panel``: per MR rows, k-major with
-        the MR values of one k side by side (rows past ie repeat the last row)."""
+        the MR values of one k side by side (rows past ie repeat the last row). W columns
+        at a time: a vector from each row, transposed in registers; the last kcl % W
+        columns one value at a time."""
         b, p, geo = self.b, self.p, self.geo
         last = b.sub(ie, ir.Constant(I64, 1))
+        whole = b.sub(kcl, b.urem(kcl, ir.Constant(I64, self.w)))
+        block_t = ir.VectorType(F32, p.mr * self.w)
         with _loop(b, ic, ie, p.mr, "pa") as start:
             block = b.sdiv(b.sub(start, ic), ir.Constant(I64, p.mr))
             dst = b.gep(panel, [b.mul(block, b.mul(kcl, ir.Constant(I64, p.mr)))], source_etype=F32)
+            origins = []
             for r in range(p.mr):
                 row = _min_value(b, b.add(start, ir.Constant(I64, r)), last)
-                origin = b.gep(
-                    src, [b.add(b.mul(row, ir.Constant(I64, geo.lda)), kc)], source_etype=F32
-                )
-                with _loop(b, ir.Constant(I64, 0), kcl, 1, f"pa{r}") as k:
-                    value = b.load(b.gep(origin, [k], source_etype=F32), typ=F32, align=4)
+                at = b.add(b.mul(row, ir.Constant(I64, geo.lda)), kc)
+                origins.append(b.gep(src, [at], source_etype=F32))
+            with _loop(b, ir.Constant(I64, 0), whole, self.w, "pav") as k:
+                rows = [b.load(self._at(o, k), typ=self.vec, align=4) for o in origins]
+                out = b.bitcast(self._at(dst, b.mul(k, ir.Constant(I64, p.mr))), block_t.as_pointer())
+                b.store(_transpose(b, rows, self.w), out, align=4)
+            for r, origin in enumerate(origins):
+                with _loop(b, whole, kcl, 1, f"pa{r}") as k:
+                    value = b.load(self._at(origin, k), typ=F32, align=4)
                     at = b.add(b.mul(k, ir.Constant(I64, p.mr)), ir.Constant(I64, r))
-                    b.store(value, b.gep(dst, [at], source_etype=F32), align=4)
+                    b.store(value, self._at(dst, at), align=4)
 
     # -- packing B -----------------------------------------------------------------------
 
     def pack_b(self, panel, src, kc, kcl, jc, nc) -> None:
-        """Rows kc..kc+kcl, columns jc..jc+nc of B into ``panel`` (row length NCP), zero
-        where the domain has no point, then zeros up to the next whole NR tile."""
-        b, geo = self.b, self.geo
+        """Rows kc..kc+kcl, columns jc..jc+nc of B into ``panel`` (micro-panel order, see
+        ``ncp``), zero where the domain has no point, then zeros up to the next whole NR
+        tile."""
+        b, geo, nr = self.b, self.geo, self.p.nr
         inner = geo.cols[-1]
         width = geo.sizes[inner]
         with _loop(b, ir.Constant(I64, 0), kcl, 1, "pk") as kk:
             values = _unflatten(b, b.add(kc, kk), [(d, geo.sizes[d]) for d in geo.depth])
             row_off = _dot(b, geo.b.coeffs, values, 0)
             rests = [_dot(b, coeffs, values, const) for coeffs, const in geo.constraints]
-            dst_row = b.gep(panel, [b.mul(kk, ir.Constant(I64, self.ncp))], source_etype=F32)
             first = b.sdiv(jc, ir.Constant(I64, width))
             last = b.sdiv(b.add(jc, b.sub(nc, ir.Constant(I64, 1))), ir.Constant(I64, width))
             with _loop(b, first, b.add(last, ir.Constant(I64, 1)), 1, "pr") as rho:
-                self._pack_run(src, dst_row, rho, jc, nc, row_off, rests)
-            tail = b.sub(_round_up(b, nc, self.p.nr), nc)
+                self._pack_run(src, panel, kk, rho, jc, nc, row_off, rests)
+            partial = b.urem(nc, ir.Constant(I64, nr))
+            tail = b.sub(_round_up(b, nc, nr), nc)
+            row = self._panel_at(panel, kk, b.sub(nc, partial), partial)
             for v in range(self.nv):
-                at = self._at(dst_row, b.add(nc, ir.Constant(I64, v * self.w)))
                 mask = self.below(ir.Constant(I64, v * self.w), tail)
-                b.call(self.mstore, [self.zero, at, ir.Constant(I32, 4), mask])
+                b.call(self.mstore, [self.zero, self._at(row, v * self.w), _i32(4), mask])
 
-    def _pack_run(self, src, dst_row, rho, jc, nc, row_off, rests) -> None:
+    def panel_tile(self, panel, col) -> ir.Value:
+        """The packed panel's micro-panel of columns ``col ..`` (a multiple of NR)."""
+        return self.b.gep(panel, [self.b.mul(col, ir.Constant(I64, self.p.kc))], source_etype=F32)
+
+    def _panel_at(self, panel, k, tile_col, offset) -> ir.Value:
+        """The packed panel at row ``k``, column ``tile_col + offset`` (``tile_col`` a
+        multiple of NR, ``offset`` below NR)."""
+        b = self.b
+        row = b.add(b.mul(k, ir.Constant(I64, self.p.nr)), offset)
+        return b.gep(self.panel_tile(panel, tile_col), [row], source_etype=F32)
+
+    def _pack_run(self, src, panel, kk, rho, jc, nc, row_off, rests) -> None:
         """One run of the innermost J dim (fixed outer J dims ``rho``), clipped to the
-        column block and to the domain's constraints."""
+        column block and to the domain's constraints, into row ``kk`` of the panel."""
         b, geo = self.b, self.geo
         inner = geo.cols[-1]
         width = geo.sizes[inner]
@@ -835,22 +878,39 @@ class _Gemm:
         for (coeffs, _), rest in zip(geo.constraints, rests, strict=True):
             rest = _dot(b, coeffs, values, 0, start=rest)
             lo, hi = self._clip(coeffs[inner], rest, lo, hi, w1)
-        dst = b.gep(dst_row, [b.sub(b.add(base, w0), jc)], source_etype=F32)
         step = geo.b.coeffs[inner]
         with _loop(b, w0, w1, self.w, "pw") as w:
-            at = b.gep(dst, [b.sub(w, w0)], source_etype=F32)
+            at = b.sub(b.add(base, w), jc)  # the panel column
             whole = b.icmp_signed("<=", b.add(w, ir.Constant(I64, self.w)), hi)
             inside = b.and_(b.icmp_signed(">=", w, lo), whole)
             with b.if_else(inside, likely=True) as (then, otherwise):
                 with then:  # a whole vector of taps inside the image: no masks
                     everywhere = ir.Constant(self.mask_t, [1] * self.w)
                     value = self._run_vector(src, offset, w, step, everywhere)
-                    b.store(value, b.bitcast(at, self.vec.as_pointer()), align=4)
+                    self._panel_store(panel, kk, at, value, everywhere)
                 with otherwise:  # a run's ends: the padding and the block's edge
                     keep = self.below(w, w1)
                     valid = b.and_(keep, b.and_(self.below(w, hi), b.not_(self.below(w, lo))))
                     value = self._run_vector(src, offset, w, step, valid)
-                    b.call(self.mstore, [value, at, ir.Constant(I32, 4), keep])
+                    self._panel_store(panel, kk, at, value, keep)
+
+    def _panel_store(self, panel, k, col, value, mask) -> None:
+        """Store the lanes of ``value`` under ``mask`` at row ``k``, columns ``col ..`` of
+        the packed panel: one store, or two where the vector crosses into the next
+        micro-panel (a Conv's output row that does not start on a vector)."""
+        b, nr = self.b, self.p.nr
+        offset = b.urem(col, ir.Constant(I64, nr))
+        at = self._panel_at(panel, k, b.sub(col, offset), offset)
+        fits = b.icmp_unsigned("<=", offset, ir.Constant(I64, nr - self.w))
+        with b.if_else(fits, likely=True) as (then, otherwise):
+            with then:
+                b.call(self.mstore, [value, at, _i32(4), mask])
+            with otherwise:
+                here = self.below(offset, ir.Constant(I64, nr))
+                b.call(self.mstore, [value, at, _i32(4), b.and_(mask, here)])
+                # lane l >= NR - offset is column l - (NR - offset) of the next micro-panel
+                there = self._at(at, (self.p.kc - 1) * nr)
+                b.call(self.mstore, [value, there, _i32(4), b.and_(mask, b.not_(here))])
 
     def _run_vector(self, src, offset, w, step: int, mask) -> ir.Value:
         """Lanes l of ``src[offset + step*(w + l)]`` where ``mask``, else 0."""
@@ -926,6 +986,23 @@ class _loop:
         self.it.add_incoming(b.add(self.it, ir.Constant(I64, self.step)), b.block)
         b.branch(self.head)
         b.position_at_end(self.exit)
+
+
+def _transpose(b: ir.IRBuilder, rows: list[ir.Value], lanes: int) -> ir.Value:
+    """The vectors ``rows`` (R of ``lanes`` floats) as one vector of R * lanes, column by
+    column: element ``k * R + r`` is lane k of row r. Concatenated pairwise (padded with
+    undefined vectors to a power of two), then one permutation."""
+    parts = list(rows) + [ir.Constant(rows[0].type, ir.Undefined)] * (
+        (1 << (len(rows) - 1).bit_length()) - len(rows)
+    )
+    while len(parts) > 1:
+        size = len(parts[0].type) * 2
+        mask = ir.Constant(ir.VectorType(I32, size), list(range(size)))
+        parts = [b.shuffle_vector(x, y, mask) for x, y in zip(parts[::2], parts[1::2], strict=True)]
+    whole = parts[0]
+    order = [r * lanes + k for k in range(lanes) for r in range(len(rows))]
+    mask = ir.Constant(ir.VectorType(I32, len(order)), order)
+    return b.shuffle_vector(whole, ir.Constant(whole.type, ir.Undefined), mask)
 
 
 def _intrinsic(module: ir.Module, name: str, ret, args) -> ir.Function:

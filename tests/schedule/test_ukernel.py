@@ -17,7 +17,7 @@ from polyonnx.errors import ScheduleError
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.runtime.memory import plan_memory
 from polyonnx.schedule.default import default_schedule
-from polyonnx.schedule.gemm import is_ukernel_mark
+from polyonnx.schedule.gemm import default_params, geometry, is_ukernel_mark, vector_registers
 from tests.helpers import (
     conv2d_reference,
     fast,
@@ -217,7 +217,7 @@ def test_ukernel_step_with_parameters_replays_and_matches():
 @pytest.mark.parametrize(
     ("params", "reason"),
     [
-        ({"nr": 24}, "multiple of the SIMD width"),
+        ({"nr": 17}, "multiple of the SIMD width"),
         ({"kc": 0}, "kc=0 must be at least 1"),
         ({"split": "diagonal"}, "split='diagonal'"),
         ({"prefetch": 2}, "prefetch=2 must be 0 or 1"),
@@ -343,11 +343,17 @@ def test_the_default_prefetches_a_large_a_a_row_panel_ahead(shape, prefetch):
     assert ("i32 0, i32 2, i32 1)" in text) == prefetch
 
 
-@pytest.mark.parametrize(("rows", "mr"), [(34, 6), (68, 8), (1000, 8), (12, 6), (4, 4)])
-def test_the_default_register_tile_wastes_few_rows(rows, mr):
+@pytest.mark.parametrize(
+    ("rows", "lanes", "mr"),
+    [(34, 16, 6), (68, 16, 8), (1000, 16, 8), (12, 16, 6), (4, 16, 4), (68, 8, 6), (4, 8, 4)],
+)
+def test_the_default_register_tile_wastes_few_rows(rows, lanes, mr):
+    # AVX-512 (16 lanes, 32 registers) takes 8-row tiles unless 6-row ones waste fewer rows;
+    # AVX2 (8 lanes, 16 registers) has room for 6 rows of two accumulators only
     program = lower_model(_matmul_model((rows, 64), (64, 196), (rows, 196)))
-    tree = default_schedule(program.kernels[0], program.buffers).tree
-    assert f"ukernel_mr{mr}_" in tree
+    stmt = next(s for s in program.kernels[0].statements if s.reduce)
+    geo = geometry(stmt, program.buffers)
+    assert default_params(geo, lanes, vector_registers(lanes)).mr == mr
 
 
 @pytest.mark.parametrize(
@@ -366,7 +372,8 @@ def test_the_default_reads_a_big_b_for_few_rows_a_few_whole_rows_at_a_time(shape
     tree = default_schedule(program.kernels[0], program.buffers).tree
     assert ("_kc16_" in tree) == rows
     if rows:
-        assert f"_nc{-(-n // 32) * 32}_" in tree  # whole rows, in NR multiples
+        nr = 2 * host_target().lanes()
+        assert f"_nc{-(-n // nr) * nr}_" in tree  # whole rows, in NR multiples
         rng = np.random.default_rng(7)
         a, b = random_array(rng, (m, k)), random_array(rng, (k, n))
         got = polyonnx.InferenceSession(model, threads=2).run(None, {"a": a, "b": b})[0]
