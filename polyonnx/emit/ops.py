@@ -258,7 +258,11 @@ def cast(b: ir.IRBuilder, x: ir.Value, src: str, dst: str, saturate: bool = True
     """Convert between register values. A cast to a small storage type (bfloat16, float8…)
     rounds to that type here (encode then decode), so the value is exact before a store."""
     if dst in SMALL_DTYPES:
-        wide = cast(b, x, src, register_dtype(dst))
+        # a float for an int type goes to the encoder as it is: it truncates and wraps
+        # (-3.0 -> uint2 1); through a uint8 register, fptoui of a negative value is
+        # poison (0 on AVX2, the wrapped value with AVX-512's vcvttps2udq)
+        keep = is_float(register_dtype(src)) and not is_float(register_dtype(dst))
+        wide = x if keep else cast(b, x, src, register_dtype(dst))
         return smallfloat.emit_decode(b, smallfloat.emit_encode(b, wide, dst, saturate), dst)
     src = register_dtype(src)
     if src == dst:

@@ -233,6 +233,28 @@ def test_cast_extreme_values():
         check_node("Cast", [wide.astype(np.int64)], wide.astype(dst), to=to)
 
 
+@pytest.mark.parametrize("src", [TensorProto.FLOAT16, TensorProto.FLOAT])
+@pytest.mark.parametrize(
+    "dst", [TensorProto.UINT2, TensorProto.INT2, TensorProto.UINT4, TensorProto.INT4]
+)
+def test_cast_negative_floats_wrap_into_small_integers(src, dst):
+    """-3.0 -> uint2 is 1, as onnx.reference computes it (truncate, then keep the low bits).
+    Through a uint8 register the conversion of a negative float was poison: 0 on AVX2."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.array([-7.9, -3, -2, -1, -0.5, 0, 1, 2, 3, 5, 9], helper.tensor_dtype_to_np_dtype(src))
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=dst)],
+        "cast",
+        [helper.make_tensor_value_info("x", src, x.shape)],
+        [helper.make_tensor_value_info("y", dst, x.shape)],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 25)])
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    (got,) = polyonnx.InferenceSession(model).run(None, {"x": x})
+    np.testing.assert_array_equal(got.astype(np.int8), want.astype(np.int8))
+
+
 # ---- binary ops with broadcasting ---------------------------------------------------
 
 # op → (numpy reference, dtypes to test)
