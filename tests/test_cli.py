@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from polyonnx.cli import main
+from polyonnx.emit.target import host_target
 
 EXAMPLE = str(pathlib.Path(__file__).resolve().parents[1] / "examples" / "mlp.onnx")
 
@@ -56,8 +57,11 @@ def test_show_prints_domains_accesses_and_loop_nest(capsys):
     assert "S1: domain { S1[i, j, k] : 0 <= i < 8 and 0 <= j < 512 and 0 <= k < 784 }" in out
     assert "read  w0: { S1[i, j, k] -> [k, j] }" in out
     assert "relu0[i_g][j_g] = b0[j_g];" in out  # the bias init, in the register tile
-    # the default runs the Gemm as packed GEMM with an 8 x 32 register tile
-    assert "#pragma ukernel_mr8_nr32_kc416" in out  # K = 784: two even blocks
+    # the default runs the Gemm as packed GEMM with an 8 x 32 register tile (AVX-512; 6 x 16
+    # with AVX2's 16 registers)
+    lanes = host_target().lanes()
+    tile = "mr8_nr32" if lanes >= 16 else f"mr6_nr{2 * lanes}"
+    assert f"#pragma ukernel_{tile}_kc416" in out  # K = 784: two even blocks
     assert "for (int k_g = 0; k_g <= 783; k_g++)" in out
     # the Relu after it is its epilogue, computed on the register tile before the store
     assert "relu0[i_g][j_g] += (input[i_g][k_g] * w0[k_g][j_g]);" in out
@@ -70,7 +74,7 @@ def test_show_all_kernels_and_llvm(capsys):
     out = capsys.readouterr().out
     for name in ("fc0", "fc1", "fc2", "softmax"):  # each Relu is its Gemm's epilogue
         assert f"=== kernel {name} " in out
-    assert "<16 x float>" in out and "define" in out
+    assert f"<{host_target().lanes()} x float>" in out and "define" in out
 
 
 def test_show_unknown_kernel_lists_the_known_ones(capsys):
