@@ -820,7 +820,8 @@ class _Gemm:
                 origins.append(b.gep(src, [at], source_etype=F32))
             with _loop(b, ir.Constant(I64, 0), whole, self.w, "pav") as k:
                 rows = [b.load(self._at(o, k), typ=self.vec, align=4) for o in origins]
-                out = b.bitcast(self._at(dst, b.mul(k, ir.Constant(I64, p.mr))), block_t.as_pointer())
+                at = self._at(dst, b.mul(k, ir.Constant(I64, p.mr)))
+                out = b.bitcast(at, block_t.as_pointer())
                 b.store(_transpose(b, rows, self.w), out, align=4)
             for r, origin in enumerate(origins):
                 with _loop(b, whole, kcl, 1, f"pa{r}") as k:
