@@ -73,7 +73,9 @@ def command(
 
 
 def environment(suite: str) -> dict[str, str]:
-    env = dict(os.environ)
+    """The suite's environment: ours, less what would make its pytest think it is a
+    pytest-xdist worker (run from one, it would then disable every benchmark)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     env.pop("POLYONNX_BENCH_FULL", None)
     if suite == "full":
         env["POLYONNX_BENCH_FULL"] = "1"

@@ -19,7 +19,7 @@ def _first_lines() -> list[str]:
 def test_readme_begins_with_the_install_and_tune_line_and_the_test_line():
     install_tune, install_test = _first_lines()
     assert install_tune.startswith("pip install . && polyonnx tune examples/")
-    assert install_test == 'pip install ".[test]" && python -m pytest -q'
+    assert install_test == 'pip install ".[test]" && python -m pytest -q -n auto'
 
 
 def test_the_tune_line_runs(tmp_path, capsys, monkeypatch):
