@@ -253,9 +253,42 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
         if taps is not None and 4 * geo.m * geo.k >= TAPS_ROWS_BYTES and geo.m >= 2 * mr:
             split = "rows"
     prefetch = int(taps is None and 4 * geo.m * geo.k >= PREFETCH_A_BYTES)
+    mc, packa = 64, 0
+    if registers < 32:  # AVX2: see AVX2_MC
+        mc, prefetch = AVX2_MC, 0
+        packa = int(taps is None and packb and 4 * geo.m * geo.k >= AVX2_PACK_A_BYTES)
+        if packa:
+            nc = _even(geo.n, AVX2_PACKED_A_NC, nr)
     return Params(
-        mr=mr, nr=nr, kc=kc, mc=64, nc=nc, unroll=4, split=split, packb=packb, prefetch=prefetch
+        mr=mr,
+        nr=nr,
+        kc=kc,
+        mc=mc,
+        nc=nc,
+        unroll=4,
+        split=split,
+        packa=packa,
+        packb=packb,
+        prefetch=prefetch,
     )
+
+
+AVX2_MC = 72
+AVX2_PACK_A_BYTES = 2 << 20
+AVX2_PACKED_A_NC = 1024
+"""With AVX2's 16 registers (a 6 x 16 tile), measured on a Zen 3 (32 KB L1, 512 KB L2),
+1 thread, each variant against numpy's OpenBLAS in alternating rounds, the median of the
+per-round time ratios (polyonnx / numpy), the AVX-512 defaults -> these:
+
+- MC = 72 rows, twelve whole 6-row tiles (64 left a 4-row tile computed as 6 in every
+  block), and no prefetch of A: its address arithmetic, hidden behind an 8 x 32 tile's 64
+  FMAs a step on Zen 4, costs a 6 x 16 tile a fifth of its time. MatMul 512^3 1.04 ->
+  0.97 (prefetch alone: 1.04 -> 0.97), 256 x 1024 x 196 (a ResNet 1x1 Conv's shape) 1.28
+  -> 1.00, 512 x 2048 x 49 1.06 -> 0.83, 1024^3 1.17 -> 1.08.
+- A of AVX2_PACK_A_BYTES or more packed into MR-interleaved panels, with column blocks of
+  up to AVX2_PACKED_A_NC (fewer passes of packing A): 1024^3 1.08 -> 0.99-1.00, 2048^3
+  1.10 -> 1.04, 1000^3 1.05 -> 0.98; but 512^3 (A 1 MB) 0.91 -> 0.94, and K blocks of 256
+  were slower (1024^3 1.03, 2048^3 1.15)."""
 
 
 PREFETCH_A_BYTES = 1 << 20

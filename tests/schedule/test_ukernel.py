@@ -335,6 +335,7 @@ def test_the_default_prefetches_a_large_a_a_row_panel_ahead(shape, prefetch):
     model = _matmul_model((m, k), (k, n), (m, n))
     program = lower_model(model)
     schedule = default_schedule(program.kernels[0], program.buffers)
+    prefetch = prefetch and host_target().lanes() >= 16  # AVX2 never does (gemm.AVX2_MC)
     assert ("prefetch1" in schedule.tree) == prefetch
     layout = plan_memory(program)
     places = {name: (p.slot, p.offset) for name, p in layout.places.items()}
@@ -378,3 +379,22 @@ def test_the_default_reads_a_big_b_for_few_rows_a_few_whole_rows_at_a_time(shape
         a, b = random_array(rng, (m, k)), random_array(rng, (k, n))
         got = polyonnx.InferenceSession(model, threads=2).run(None, {"a": a, "b": b})[0]
         np.testing.assert_allclose(got, a @ b, **sum_tol(k))
+
+
+@pytest.mark.parametrize(
+    ("shape", "packa"),
+    [
+        ((1024, 1024, 1024), True),  # A 4 MB
+        ((1000, 1000, 1000), True),
+        ((512, 512, 512), False),  # A 1 MB: packing it measured slower
+        ((1024, 256, 196), False),
+    ],
+)
+def test_the_avx2_default_packs_a_large_a_and_never_prefetches(shape, packa):
+    m, k, n = shape
+    program = lower_model(_matmul_model((m, k), (k, n), (m, n)))
+    stmt = next(s for s in program.kernels[0].statements if s.reduce)
+    params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
+    assert (params.mr, params.nr, params.mc, params.prefetch) == (6, 16, 72, 0)
+    assert params.packa == packa
+    assert params.nc == (min(-(-n // 16) * 16, 1024) if packa else min(-(-n // 16) * 16, 512))
