@@ -12,8 +12,8 @@ polyonnx's GFLOP/s and its percent of the FMA peak of the cores it used:
     peak = threads x FMA pipes x fp32 lanes per pipe x 2 flops x clock
 
 The pipes and lanes come from polyonnx's target (the CPU llvmlite detects), the clock from
-sysfs (cpufreq's maximum); where sysfs has none, 3.6 GHz is assumed (and said), or give
-``--clock-ghz``.
+sysfs (cpufreq's maximum); where sysfs has none, from a measured FMA loop (the clock at
+which the pipes give its GFLOP/s, polyonnx/emit/fmapeak.py); or give ``--clock-ghz``.
 """
 
 from __future__ import annotations
@@ -82,8 +82,6 @@ def main(argv: list[str] | None = None) -> None:
     data = json.loads(args.json.read_text())
     rows = table_rows(data["benchmarks"])
     ghz, source = (args.clock_ghz, "--clock-ghz") if args.clock_ghz else clock()
-    if not args.clock_ghz and source.startswith("assumed"):
-        source += "; override with --clock-ghz"
     peak, how = peak_per_core(ghz)
 
     print()
