@@ -253,9 +253,9 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
         if taps is not None and 4 * geo.m * geo.k >= TAPS_ROWS_BYTES and geo.m >= 2 * mr:
             split = "rows"
     prefetch = int(taps is None and 4 * geo.m * geo.k >= PREFETCH_A_BYTES)
-    mc, packa = 64, 0
+    mc, packa, unroll = 64, 0, 4
     if registers < 32:  # AVX2: see AVX2_MC
-        mc, prefetch = AVX2_MC, 0
+        mc, prefetch, unroll = AVX2_MC, 0, AVX2_UNROLL
         packa = int(taps is None and packb and 4 * geo.m * geo.k >= AVX2_PACK_A_BYTES)
         if packa:
             nc = _even(geo.n, AVX2_PACKED_A_NC, nr)
@@ -265,7 +265,7 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
         kc=kc,
         mc=mc,
         nc=nc,
-        unroll=4,
+        unroll=unroll,
         split=split,
         packa=packa,
         packb=packb,
@@ -276,6 +276,7 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
 AVX2_MC = 72
 AVX2_PACK_A_BYTES = 2 << 20
 AVX2_PACKED_A_NC = 1024
+AVX2_UNROLL = 8
 """With AVX2's 16 registers (a 6 x 16 tile), measured on a Zen 3 (32 KB L1, 512 KB L2),
 1 thread, each variant against numpy's OpenBLAS in alternating rounds, the median of the
 per-round time ratios (polyonnx / numpy), the AVX-512 defaults -> these:
@@ -288,7 +289,10 @@ per-round time ratios (polyonnx / numpy), the AVX-512 defaults -> these:
 - A of AVX2_PACK_A_BYTES or more packed into MR-interleaved panels, with column blocks of
   up to AVX2_PACKED_A_NC (fewer passes of packing A): 1024^3 1.08 -> 0.99-1.00, 2048^3
   1.10 -> 1.04, 1000^3 1.05 -> 0.98; but 512^3 (A 1 MB) 0.91 -> 0.94, and K blocks of 256
-  were slower (1024^3 1.03, 2048^3 1.15)."""
+  were slower (1024^3 1.03, 2048^3 1.15).
+- The K loop unrolled 8 times, not 4 (a 6 x 16 step is half an 8 x 32 one): with the
+  above, 1024^3 1.02-1.06 -> 0.95-1.00, 1000^3 1.00 -> 0.97, 512^3 1.02 -> 0.99,
+  256 x 1024 x 196 1.01 -> 1.00, 2048^3 1.04 either way."""
 
 
 PREFETCH_A_BYTES = 1 << 20

@@ -395,6 +395,6 @@ def test_the_avx2_default_packs_a_large_a_and_never_prefetches(shape, packa):
     program = lower_model(_matmul_model((m, k), (k, n), (m, n)))
     stmt = next(s for s in program.kernels[0].statements if s.reduce)
     params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
-    assert (params.mr, params.nr, params.mc, params.prefetch) == (6, 16, 72, 0)
+    assert (params.mr, params.nr, params.mc, params.unroll, params.prefetch) == (6, 16, 72, 8, 0)
     assert params.packa == packa
     assert params.nc == (min(-(-n // 16) * 16, 1024) if packa else min(-(-n // 16) * 16, 512))
