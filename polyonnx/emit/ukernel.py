@@ -384,10 +384,45 @@ class _Gemm:
         acc = self._initial(c_rows, rows, masks, col)
         if self.taps is None:
             acc = self._k_loop(acc, a_rows, b_at, kcl)
+        elif all(isinstance(mask, ir.Constant) for mask in masks):  # all NR columns
+            acc = self._inside_or_edge(acc, a_rows, b_at, kcl, self._tap_masks(col, masks))
         else:
             self.tap_masks = self._tap_masks(col, masks)
             acc = self._tap_loop(acc, a_rows, b_at, kcl)
         self._finish_tile(acc, c_rows, rows, masks, col, ir_, ie)
+
+    def _inside_or_edge(self, acc, a_rows, b_at, kcl, tap_masks):
+        """The tap loop twice: without masks where every tap's window of every column of
+        the tile lies inside the image (most tiles of a wide image), else under
+        ``tap_masks``. With AVX2's 16 registers the masks (taps x NR / W) live on the
+        stack, and a masked load then costs a reload: a 3x3 Conv 64->64 at 56x56 took
+        4.4 ms masked everywhere against 3.5 ms with no masks at all."""
+        b = self.b
+        every = tap_masks[0][0]
+        for per_tap in tap_masks:
+            for mask in per_tap:
+                every = b.and_(every, mask)
+        bits = b.bitcast(every, ir.IntType(self.w))
+        inside = b.icmp_unsigned("==", bits, ir.Constant(ir.IntType(self.w), (1 << self.w) - 1))
+        paths = [b.append_basic_block(f"taps.{name}") for name in ("inside", "edge", "done")]
+        b.cbranch(inside, paths[0], paths[1])
+        ones = ir.Constant(self.mask_t, [1] * self.w)
+        results = []
+        for path, masks in zip(paths[:2], [None, tap_masks], strict=True):
+            b.position_at_end(path)
+            self.tap_masks = masks or [[ones] * self.nv for _ in tap_masks]
+            results.append((self._tap_loop(acc, a_rows, b_at, kcl), b.block))
+            b.branch(paths[2])
+        b.position_at_end(paths[2])
+        merged = []
+        for r, row in enumerate(acc):
+            merged.append([])
+            for v in range(len(row)):
+                phi = b.phi(self.vec)
+                for values, block in results:
+                    phi.add_incoming(values[r][v], block)
+                merged[-1].append(phi)
+        return merged
 
     def _rows(self, a_at, c_at, ir_, ie, packed):
         """The tile's rows (past ``ie``: the last row again, computed but not stored), and

@@ -190,3 +190,19 @@ def test_a_conv_with_an_output_row_in_its_padding_is_exact(stride, params):
     got = polyonnx.InferenceSession(prog, threads=2).run(None, {"x": x})[0]
     ref = conv_ref(x, w, bias, 1, (1, stride), (1, 1), (0, 1), out[2:])
     np.testing.assert_allclose(got, ref, **sum_tol(16 * 6))
+
+
+def test_a_tile_whose_windows_lie_inside_the_image_reads_without_masks():
+    # 40 x 40: a 16-column tile inside a row, away from the top and bottom rows, has every
+    # tap's window inside; the tiles at the edges keep their masks
+    rng = np.random.default_rng(11)
+    x = random_array(rng, (1, 16, 40, 40))
+    w = random_array(rng, (24, 16, 3, 3))
+    bias = random_array(rng, (24,))
+    pads = _same_pads(3, 3, 1)
+    model = _conv_model(x.shape, w, bias, pads, 1, 1, residual=False)
+    session = polyonnx.InferenceSession(model, threads=2)
+    assert "taps.inside" in session.compiled_for({"x": x}).jit.source
+    got = session.run(None, {"x": x})[0]
+    ref = _reference(x, w, bias, pads, 1, 1)
+    np.testing.assert_allclose(got, np.maximum(ref, 0), **sum_tol(16 * 9))
