@@ -13,7 +13,8 @@ polyonnx's GFLOP/s and its percent of the FMA peak of the cores it used:
 
 The pipes and lanes come from polyonnx's target (the CPU llvmlite detects), the clock from
 sysfs (cpufreq's maximum); where sysfs has none, from a measured FMA loop (the clock at
-which the pipes give its GFLOP/s, polyonnx/emit/fmapeak.py); or give ``--clock-ghz``.
+which the pipes give its GFLOP/s, polyonnx/emit/fmapeak.py), as the run recorded it at
+its start (``machine_info["polyonnx"]``); or give ``--clock-ghz``.
 """
 
 from __future__ import annotations
@@ -81,8 +82,16 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"{args.json} does not exist: run the suite with --run")
     data = json.loads(args.json.read_text())
     rows = table_rows(data["benchmarks"])
-    ghz, source = (args.clock_ghz, "--clock-ghz") if args.clock_ghz else clock()
-    peak, how = peak_per_core(ghz)
+    recorded = data.get("machine_info", {}).get("polyonnx", {})
+    if args.clock_ghz:
+        source = "--clock-ghz"
+        peak, how = peak_per_core(args.clock_ghz)
+    elif recorded.get("peak_gflops_per_core"):  # as the run found it (perf/conftest.py)
+        peak, how = recorded["peak_gflops_per_core"], recorded["peak"]
+        source = f"{recorded['clock_source']}; at the start of the run"
+    else:
+        ghz, source = clock()
+        peak, how = peak_per_core(ghz)
 
     print()
     print_table(rows, peak)
