@@ -57,10 +57,10 @@ def test_show_prints_domains_accesses_and_loop_nest(capsys):
     assert "S1: domain { S1[i, j, k] : 0 <= i < 8 and 0 <= j < 512 and 0 <= k < 784 }" in out
     assert "read  w0: { S1[i, j, k] -> [k, j] }" in out
     assert "relu0[i_g][j_g] = b0[j_g];" in out  # the bias init, in the register tile
-    # the default runs the Gemm as packed GEMM with an 8 x 32 register tile (AVX-512; 6 x 16
-    # with AVX2's 16 registers)
+    # the default runs the Gemm as packed GEMM with an 8 x 32 register tile (AVX-512; with
+    # AVX2's 16 registers 4 x 16, two whole tiles for the 8 rows)
     lanes = host_target().lanes()
-    tile = "mr8_nr32" if lanes >= 16 else f"mr6_nr{2 * lanes}"
+    tile = "mr8_nr32" if lanes >= 16 else f"mr4_nr{2 * lanes}"
     assert f"#pragma ukernel_{tile}_kc416" in out  # K = 784: two even blocks
     assert "for (int k_g = 0; k_g <= 783; k_g++)" in out
     # the Relu after it is its epilogue, computed on the register tile before the store

@@ -228,6 +228,8 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     mr = min(8 if registers >= 32 else 6, geo.m)  # a short GEMM: all its rows in one tile
     if mr == 8 and _round_up(geo.m, 8) >= ROW_WASTE * _round_up(geo.m, 6):
         mr = 6  # 34 rows: 6 tiles of 6 (36 rows computed), not 5 of 8 (40)
+    if registers < 32 and mr == 6 and _round_up(geo.m, 6) >= AVX2_ROW_WASTE * _round_up(geo.m, 4):
+        mr = 4  # 8 rows: 2 tiles of 4, not 2 of 6 (12 rows computed)
     nr = 2 * lanes
     kc = _even(geo.k, KC, 32)
     taps = b_taps(geo)
@@ -255,7 +257,7 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     prefetch = int(taps is None and 4 * geo.m * geo.k >= PREFETCH_A_BYTES)
     mc, packa, unroll = 64, 0, 4
     if registers < 32:  # AVX2: see AVX2_MC
-        mc, prefetch, unroll = AVX2_MC, 0, AVX2_UNROLL
+        mc, prefetch, unroll = AVX2_MC, 0, AVX2_UNROLL if packb else 4
         packa = int(taps is None and packb and 4 * geo.m * geo.k >= AVX2_PACK_A_BYTES)
         if packa:
             nc = _even(geo.n, AVX2_PACKED_A_NC, nr)
@@ -277,6 +279,7 @@ AVX2_MC = 72
 AVX2_PACK_A_BYTES = 2 << 20
 AVX2_PACKED_A_NC = 1024
 AVX2_UNROLL = 8
+AVX2_ROW_WASTE = 1.25
 """With AVX2's 16 registers (a 6 x 16 tile), measured on a Zen 3 (32 KB L1, 512 KB L2),
 1 thread, each variant against numpy's OpenBLAS in alternating rounds, the median of the
 per-round time ratios (polyonnx / numpy), the AVX-512 defaults -> these:
@@ -292,7 +295,12 @@ per-round time ratios (polyonnx / numpy), the AVX-512 defaults -> these:
   were slower (1024^3 1.03, 2048^3 1.15).
 - The K loop unrolled 8 times, not 4 (a 6 x 16 step is half an 8 x 32 one): with the
   above, 1024^3 1.02-1.06 -> 0.95-1.00, 1000^3 1.00 -> 0.97, 512^3 1.02 -> 0.99,
-  256 x 1024 x 196 1.01 -> 1.00, 2048^3 1.04 either way."""
+  256 x 1024 x 196 1.01 -> 1.00, 2048^3 1.04 either way; with B read in place it was
+  slower, so that keeps 4: 64 x 256 x 3136 1.16 (4) against 1.29 (8), 8 x 784 x 512
+  (4-row tiles) 0.94 against 1.14.
+- 4-row tiles where 6-row ones would compute AVX2_ROW_WASTE times the rows (8 rows: 12
+  computed): 8 x 784 x 512 (an MLP layer at batch 8) 1.16 -> 0.94. Measured at 8 rows
+  only, hence the wide margin."""
 
 
 PREFETCH_A_BYTES = 1 << 20
