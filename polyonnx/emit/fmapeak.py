@@ -13,10 +13,11 @@ from __future__ import annotations
 import ctypes
 import time
 
-import llvmlite.binding as llvm
 from llvmlite import ir
 
-from polyonnx.emit.target import Target, initialize_llvm
+from polyonnx.emit.jit import JitModule
+from polyonnx.emit.llvmtypes import splat
+from polyonnx.emit.target import Target
 
 ACCUMULATORS = 12
 """Independent chains: at least FMA latency x pipes, and few enough for AVX2's 16 vector
@@ -27,7 +28,9 @@ def fma_peak_gflops(target: Target, trials: int = 5, flops: float = 4e8) -> floa
     """The best of ``trials`` timings of ``flops`` fp32 flops of independent vector FMAs on
     the calling thread, in GFLOP/s."""
     lanes = target.lanes(4)
-    run, engine = _compile(target, lanes)
+    jit = JitModule(_module(target, lanes), target)
+    kind = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float)
+    run = kind(jit.address("fma_loop"))
     steps = max(int(flops / (2 * lanes * ACCUMULATORS)), 1)
     best = 0.0
     for _ in range(trials):
@@ -35,12 +38,10 @@ def fma_peak_gflops(target: Target, trials: int = 5, flops: float = 4e8) -> floa
         run(steps, 1e-9)
         elapsed = time.perf_counter() - start
         best = max(best, 2 * lanes * ACCUMULATORS * steps / elapsed / 1e9)
-    del engine
     return best
 
 
-def _compile(target: Target, lanes: int):
-    initialize_llvm()
+def _module(target: Target, lanes: int) -> ir.Module:
     f32, i64 = ir.FloatType(), ir.IntType(64)
     vec = ir.VectorType(f32, lanes)
     module = ir.Module("fmapeak")
@@ -49,8 +50,7 @@ def _compile(target: Target, lanes: int):
     fn = ir.Function(module, ir.FunctionType(f32, [i64, f32]), "fma_loop")
     steps, seed = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    x = b.insert_element(ir.Constant(vec, ir.Undefined), seed, ir.Constant(ir.IntType(32), 0))
-    x = b.shuffle_vector(x, x, ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+    x = splat(b, seed, lanes)
     entry = b.block
     loop = fn.append_basic_block("loop")
     b.branch(loop)
@@ -72,11 +72,4 @@ def _compile(target: Target, lanes: int):
     for value in new[1:]:  # every chain is used, so none is dead code
         total = b.fadd(total, value)
     b.ret(b.extract_element(total, ir.Constant(ir.IntType(32), 0)))
-    parsed = llvm.parse_assembly(str(module))
-    machine = llvm.Target.from_triple(target.triple).create_target_machine(
-        cpu=target.name, features=target.features, opt=3, jit=True
-    )
-    engine = llvm.create_mcjit_compiler(parsed, machine)
-    engine.finalize_object()
-    kind = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float)
-    return kind(engine.get_function_address("fma_loop")), engine
+    return module

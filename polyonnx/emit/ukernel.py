@@ -290,6 +290,7 @@ class _Gemm:
         )
         self.prefetch = _intrinsic(module, "llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         self.zero = ir.Constant(self.vec, [0.0] * lanes)
+        self.all_lanes = ir.Constant(self.mask_t, [1] * lanes)
         self.lane_ids = ir.Constant(ir.VectorType(I32, lanes), list(range(lanes)))
 
     def b_first(self, kc: ir.Value, col: ir.Value) -> ir.Value:
@@ -365,7 +366,7 @@ class _Gemm:
         microcoded on Zen 2/3 (AVX2 ``vmaskmovps``): a 6 x 16 tile's twelve of them took a
         fifth of its time at K = 256."""
         b = self.b
-        ones = [ir.Constant(self.mask_t, [1] * self.w)] * self.nv
+        ones = [self.all_lanes] * self.nv
         in_place = self.b_masks is not None
         exact = b.icmp_signed("==", cols, ir.Constant(I64, self.p.nr))
         with b.if_else(exact, likely=True) as (then, otherwise):
@@ -406,22 +407,23 @@ class _Gemm:
         inside = b.icmp_unsigned("==", bits, ir.Constant(ir.IntType(self.w), (1 << self.w) - 1))
         paths = [b.append_basic_block(f"taps.{name}") for name in ("inside", "edge", "done")]
         b.cbranch(inside, paths[0], paths[1])
-        ones = ir.Constant(self.mask_t, [1] * self.w)
         results = []
         for path, masks in zip(paths[:2], [None, tap_masks], strict=True):
             b.position_at_end(path)
-            self.tap_masks = masks or [[ones] * self.nv for _ in tap_masks]
+            self.tap_masks = masks or [[self.all_lanes] * self.nv for _ in tap_masks]
             results.append((self._tap_loop(acc, a_rows, b_at, kcl), b.block))
             b.branch(paths[2])
         b.position_at_end(paths[2])
-        merged = []
-        for r, row in enumerate(acc):
-            merged.append([])
-            for v in range(len(row)):
-                phi = b.phi(self.vec)
-                for values, block in results:
-                    phi.add_incoming(values[r][v], block)
-                merged[-1].append(phi)
+        return self._merge(results)
+
+    def _merge(self, tiles):
+        """One accumulator tile of phis over ``tiles``: (tile, the block it comes from)."""
+        first = tiles[0][0]
+        merged = [[self.b.phi(self.vec) for _ in row] for row in first]
+        for tile, block in tiles:
+            for row, phis in zip(tile, merged, strict=True):
+                for value, phi in zip(row, phis, strict=True):
+                    phi.add_incoming(value, block)
         return merged
 
     def _rows(self, a_at, c_at, ir_, ie, packed):
@@ -610,16 +612,7 @@ class _Gemm:
         later_end = b.block
         b.branch(merge)
         b.position_at_end(merge)
-        out = []
-        for row_a, row_b in zip(fresh, loaded, strict=True):
-            merged = []
-            for x, y in zip(row_a, row_b, strict=True):
-                phi = b.phi(self.vec)
-                phi.add_incoming(x, first_end)
-                phi.add_incoming(y, later_end)
-                merged.append(phi)
-            out.append(merged)
-        return out
+        return self._merge([(fresh, first_end), (loaded, later_end)])
 
     def _finish(self, value, row, col, v, mask):
         """The epilogue statements applied to one accumulator vector (row ``row``, columns
@@ -921,9 +914,8 @@ class _Gemm:
             inside = b.and_(b.icmp_signed(">=", w, lo), whole)
             with b.if_else(inside, likely=True) as (then, otherwise):
                 with then:  # a whole vector of taps inside the image: no masks
-                    everywhere = ir.Constant(self.mask_t, [1] * self.w)
-                    value = self._run_vector(src, offset, w, step, everywhere)
-                    self._panel_store(panel, kk, at, value, everywhere)
+                    value = self._run_vector(src, offset, w, step, self.all_lanes)
+                    self._panel_store(panel, kk, at, value, self.all_lanes)
                 with otherwise:  # a run's ends: the padding and the block's edge
                     keep = self.below(w, w1)
                     valid = b.and_(keep, b.and_(self.below(w, hi), b.not_(self.below(w, lo))))
