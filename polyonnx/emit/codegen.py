@@ -49,6 +49,14 @@ I32 = ir.IntType(32)
 MAX_STRIDE = 4
 """The longest load step along a vector loop read as one span and a shuffle (stride s
 loads s vectors' worth for one; past that, one access per lane)."""
+INTERLEAVE = 4
+"""Vectors a step of a contiguous vector loop computes before the one-vector steps: the
+instructions of four independent vectors interleaved, as one LLVM vector four registers
+wide. A long dependence chain per vector (exp, tanh: some twenty instructions) otherwise
+fills the FP scheduler before the next vector starts; a reduction gets four accumulators.
+Zen 3, 1 thread, median time per run, one vector -> four: Softmax 512x1024 493 -> 390 us,
+LayerNormalization 512x768 315 -> 235, ReduceMax over rows of 1024 98 -> 67, Exp 246 ->
+220, Relu (memory bound) 126 -> 123."""
 
 
 @dataclass(frozen=True)
@@ -306,25 +314,65 @@ class _KernelWalker:
         return cond.op_get_arg(1), kind == isl.ast_expr_op_type.le
 
     def vector_loop(self, node: isl.AstNode, env: Env) -> None:
-        """Main loop W iterations at a time, then the scalar tail loop."""
+        """Steps of ``INTERLEAVE`` vectors while they fit, then of one vector, then a
+        masked vector step or the scalar tail loop."""
         name = node.for_get_iterator().get_id().get_name()
         bound, inclusive = self._upper_bound(node)
         ub = self.expr(bound, env)
         last = ub if inclusive else self.b.sub(ub, ir.Constant(I64, 1))
-        lanes = Lanes(name, self.width)
         users = self._users(node.for_get_body())
         reducing = users[0] if users[0].accesses[users[0].stmt.write].steps.get(name) == 0 else None
         start = self.expr(node.for_get_init(), env)
-
-        pre = self.b.block
-        it, header, body, exit_ = self._open_loop(name, "v", start)
-        acc = None
+        it, acc = start, None
+        wide = self.width * INTERLEAVE
+        fits = _trip_count(node.for_get_init(), bound, inclusive) or wide
+        widths = [wide] if fits >= wide and self._interleavable(users, name) else []
+        for width in [*widths, self.width]:
+            it, acc = self._vector_steps(node, env, Lanes(name, width), it, last, acc)
+        inner = {**env, name: it}
+        if reducing is None and self._maskable(users, name):
+            self.masked_tail(users, inner, Lanes(name, self.width), it, last)
+            return
         if reducing is not None:
             dtype = self.buffers[reducing.stmt.write.buffer].dtype
-            init = _identity(reducing.stmt.reduce, dtype, self.width)
+            total = ops.reduce_lanes(self.b, reducing.stmt.reduce, acc, dtype)
+            address = self.address(reducing, reducing.stmt.write, {**env, name: start})
+            old = self._load_scalar(address, dtype)
+            self._store_scalar(
+                address, ops.combine(self.b, reducing.stmt.reduce, old, total, dtype), dtype
+            )
+        self.loop(node, env, it)
+
+    def _vector_steps(
+        self,
+        node: isl.AstNode,
+        env: Env,
+        lanes: Lanes,
+        start: ir.Value,
+        last: ir.Value,
+        acc: ir.Value | None,
+    ) -> tuple[ir.Value, ir.Value | None]:
+        """A loop of steps of ``lanes.width`` iterations from ``start`` while a whole step
+        fits before ``last``; returns where it stopped and, for a reduction along the loop,
+        its accumulator vector (started from ``acc``, a wider one folded, or the identity).
+        """
+        name, width = lanes.iterator, lanes.width
+        users = self._users(node.for_get_body())
+        reducing = users[0] if users[0].accesses[users[0].stmt.write].steps.get(name) == 0 else None
+        init = None
+        if reducing is not None:
+            op = reducing.stmt.reduce
+            dtype = self.buffers[reducing.stmt.write.buffer].dtype
+            if acc is None:
+                init = _identity(op, dtype, width)
+            else:
+                init = ops.fold_lanes(self.b, op, acc, width, dtype)
+        pre = self.b.block
+        it, header, body, exit_ = self._open_loop(name, "v", start)
+        if init is not None:
             acc = self.b.phi(init.type, "acc")
             acc.add_incoming(init, pre)
-        room = self.b.add(it, ir.Constant(I64, self.width - 1))
+        room = self.b.add(it, ir.Constant(I64, width - 1))
         self.b.cbranch(self.b.icmp_signed("<=", room, last), body, exit_)
         self.b.position_at_end(body)
         inner = {**env, name: it}
@@ -333,23 +381,25 @@ class _KernelWalker:
                 self.store(inst, inner, lanes)
         else:
             value = self.value(reducing.stmt.expr, reducing, inner, lanes)
-            acc.add_incoming(
-                ops.combine(self.b, reducing.stmt.reduce, acc, value, dtype), self.b.block
-            )
-        it.add_incoming(self.b.add(it, ir.Constant(I64, self.width)), self.b.block)
+            acc.add_incoming(ops.combine(self.b, op, acc, value, dtype), self.b.block)
+        it.add_incoming(self.b.add(it, ir.Constant(I64, width)), self.b.block)
         self.b.branch(header)
         self.b.position_at_end(exit_)
-        if reducing is None and self._maskable(users, name):
-            self.masked_tail(users, inner, lanes, it, last)
-            return
-        if reducing is not None:
-            total = ops.reduce_lanes(self.b, reducing.stmt.reduce, acc, dtype)
-            address = self.address(reducing, reducing.stmt.write, {**env, name: start})
-            old = self._load_scalar(address, dtype)
-            self._store_scalar(
-                address, ops.combine(self.b, reducing.stmt.reduce, old, total, dtype), dtype
-            )
-        self.loop(node, env, it)
+        return it, acc
+
+    def _interleavable(self, users: list[Instance], name: str) -> bool:
+        """Whether steps of several vectors may run first: every write and load contiguous
+        along the loop or invariant in it, and no computed-index read (whose per-lane
+        accesses would only grow)."""
+        for inst in users:
+            if inst.accesses[inst.stmt.write].steps.get(name) not in (0, 1):
+                return False
+            if _has_gather(inst.stmt.expr):
+                return False
+            for load in loads(inst.stmt.expr):
+                if inst.accesses[load.access].steps.get(name) not in (0, 1):
+                    return False
+        return True
 
     def _maskable(self, users: list[Instance], name: str) -> bool:
         """Whether one masked vector step can do the tail: every write contiguous along
@@ -572,6 +622,14 @@ class _KernelWalker:
             return env[e.get_id().get_name()]
         args = [e.op_get_arg(i) for i in range(e.op_get_n_arg())]
         return _ast_op(self.b, e.op_get_type(), [self.expr(a, env) for a in args])
+
+
+def _trip_count(init: isl.AstExpr, bound: isl.AstExpr, inclusive: bool) -> int | None:
+    """Iterations of a unit-step loop from ``init`` to ``bound`` when both are constants."""
+    if init.get_type() != isl.ast_expr_type.int or bound.get_type() != isl.ast_expr_type.int:
+        return None
+    first, end = init.get_val().to_python(), bound.get_val().to_python()
+    return max(end - first + (1 if inclusive else 0), 0)
 
 
 def _children(node: isl.AstNode) -> list[isl.AstNode]:

@@ -240,18 +240,26 @@ def combine(b: ir.IRBuilder, op: str, acc: ir.Value, x: ir.Value, dtype: str) ->
 
 def reduce_lanes(b: ir.IRBuilder, op: str, vec: ir.Value, dtype: str) -> ir.Value:
     """Reduce the lanes of ``vec`` with ``op`` by halving shuffles."""
-    width = vec.type.count
-    undef = ir.Constant(vec.type, ir.Undefined)
-    while width > 1:
-        half = width // 2
-        mask = ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half, width)))
-        low_mask = ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half)))
-        hi = b.shuffle_vector(vec, undef, mask)
-        lo = b.shuffle_vector(vec, undef, low_mask)
-        vec = combine(b, op, lo, hi, dtype)
+    return b.extract_element(fold_lanes(b, op, vec, 1, dtype), ir.Constant(ir.IntType(32), 0))
+
+
+def fold_lanes(b: ir.IRBuilder, op: str, vec: ir.Value, width: int, dtype: str) -> ir.Value:
+    """``vec`` (a power-of-two multiple of ``width`` lanes) folded down to ``width`` lanes
+    with ``op``, halving each step: lane ``i`` of the result combines every lane ``i`` mod
+    ``width``."""
+    count = vec.type.count
+    while count > width:
+        half = count // 2
         undef = ir.Constant(vec.type, ir.Undefined)
-        width = half
-    return b.extract_element(vec, ir.Constant(ir.IntType(32), 0))
+        hi = b.shuffle_vector(vec, undef, _lane_list(range(half, count)))
+        lo = b.shuffle_vector(vec, undef, _lane_list(range(half)))
+        vec = combine(b, op, lo, hi, dtype)
+        count = half
+    return vec
+
+
+def _lane_list(lanes: range) -> ir.Constant:
+    return ir.Constant(ir.VectorType(ir.IntType(32), len(lanes)), list(lanes))
 
 
 def cast(b: ir.IRBuilder, x: ir.Value, src: str, dst: str, saturate: bool = True) -> ir.Value:

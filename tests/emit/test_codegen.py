@@ -9,6 +9,7 @@ from types import MappingProxyType
 import numpy as np
 import pytest
 
+from polyonnx.emit.codegen import INTERLEAVE
 from polyonnx.emit.pseudo_c import pseudo_c
 from polyonnx.emit.target import host_target
 from polyonnx.frontend.graph import Graph, Node, Value
@@ -65,6 +66,29 @@ def test_row_reduction_uses_a_vector_accumulator():
     x = np.random.default_rng(1).standard_normal((5, 37)).astype(np.float32)
     x[2, 30] = 50.0  # the max sits in the scalar tail of the row
     np.testing.assert_array_equal(compiled.run({"x": x})["y"], x.max(axis=1))
+
+
+WIDE = LANES * INTERLEAVE
+
+
+@pytest.mark.parametrize("n", [3, LANES + 1, WIDE - 1, WIDE, WIDE + LANES + 3, 3 * WIDE + 5])
+def test_contiguous_loops_step_several_vectors_then_one(n):
+    """A row of n: steps of INTERLEAVE vectors, then of one, then the tail; a reduction
+    folds its wide accumulator into the one-vector loop's. The max sits in each part."""
+    compiled = _compile(
+        [
+            Node("e", "Exp", ("x",), ("t",), opset=17),
+            Node("r", "ReduceMax", ("t",), ("y",), {"axes": (1,), "keepdims": 0}, opset=13),
+        ],
+        [Value("x", (4, n), "float32")],
+        [Value("y", (4,), "float32")],
+    )
+    assert (f"<{WIDE} x float>" in _kernel_ir(compiled, 1)) == (n >= WIDE)
+    x = np.random.default_rng(n).standard_normal((4, n)).astype(np.float32)
+    for row, col in enumerate((0, min(WIDE, n - 1), n - 1, n // 2)):
+        x[row, col] = 3.0
+    expected = np.exp(x.astype(np.float64)).max(axis=1)
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, rtol=2e-7)
 
 
 def test_matmul_default_is_the_gemm_ukernel():
