@@ -44,6 +44,7 @@ from polyonnx.schedule.gemm import (
     b_row_stride,
     b_taps,
     epilogue_loads,
+    tap_span,
 )
 
 F32 = ir.FloatType()
@@ -258,6 +259,8 @@ class _Gemm:
         self.taps = b_taps(geo) if not params.packb and not self.ldb else None
         """B read in place from a padded Conv's input, a window of taps a channel."""
         self.tap_masks: list[list[ir.Value]] = []
+        self.tap_select = False
+        """Tap loads read every lane and zero the masked ones (see ``_tap_vector``)."""
         self.starting: ir.Value | None = None
         self.first_tile: ir.Value | None = None
         """Whether this is a row panel's first column tile (jr = 0): A comes from memory."""
@@ -386,13 +389,13 @@ class _Gemm:
         if self.taps is None:
             acc = self._k_loop(acc, a_rows, b_at, kcl)
         elif all(isinstance(mask, ir.Constant) for mask in masks):  # all NR columns
-            acc = self._inside_or_edge(acc, a_rows, b_at, kcl, self._tap_masks(col, masks))
+            acc = self._inside_or_edge(acc, a_rows, b_at, kcl, self._tap_masks(col, masks), col)
         else:
             self.tap_masks = self._tap_masks(col, masks)
             acc = self._tap_loop(acc, a_rows, b_at, kcl)
         self._finish_tile(acc, c_rows, rows, masks, col, ir_, ie)
 
-    def _inside_or_edge(self, acc, a_rows, b_at, kcl, tap_masks):
+    def _inside_or_edge(self, acc, a_rows, b_at, kcl, tap_masks, col):
         """The tap loop twice: without masks where every tap's window of every column of
         the tile lies inside the image (most tiles of a wide image), else under
         ``tap_masks``. With AVX2's 16 registers the masks (taps x NR / W) live on the
@@ -405,16 +408,40 @@ class _Gemm:
                 every = b.and_(every, mask)
         bits = b.bitcast(every, ir.IntType(self.w))
         inside = b.icmp_unsigned("==", bits, ir.Constant(ir.IntType(self.w), (1 << self.w) - 1))
-        paths = [b.append_basic_block(f"taps.{name}") for name in ("inside", "edge", "done")]
-        b.cbranch(inside, paths[0], paths[1])
+        names = ("inside", "plane", "plane.yes", "edge", "done")
+        paths = dict(zip(names, (b.append_basic_block(f"taps.{n}") for n in names), strict=True))
+        b.cbranch(inside, paths["inside"], paths["plane"])
+        b.position_at_end(paths["plane"])
+        b.cbranch(self._within_plane(col), paths["plane.yes"], paths["edge"])
         results = []
-        for path, masks in zip(paths[:2], [None, tap_masks], strict=True):
-            b.position_at_end(path)
+        for path, masks, select in [
+            ("inside", None, False),
+            ("plane.yes", tap_masks, True),
+            ("edge", tap_masks, False),
+        ]:
+            b.position_at_end(paths[path])
             self.tap_masks = masks or [[self.all_lanes] * self.nv for _ in tap_masks]
+            self.tap_select = select
             results.append((self._tap_loop(acc, a_rows, b_at, kcl), b.block))
-            b.branch(paths[2])
-        b.position_at_end(paths[2])
+            b.branch(paths["done"])
+        self.tap_select = False
+        b.position_at_end(paths["done"])
         return self._merge(results)
+
+    def _within_plane(self, col: ir.Value) -> ir.Value:
+        """Whether every tap's whole NR-wide row of the tile (first column ``col``) lies
+        between the lowest and highest element the domain reads (``tap_span``): then loads
+        of all lanes stay inside the input (a lane past an image row reads the next row)
+        and only need their values masked."""
+        b, taps = self.b, self.taps
+        offsets = [taps.offsets[t] for t in taps.live]
+        low, high = tap_span(self.geo, taps)
+        first = b.add(col, ir.Constant(I64, min(offsets)))
+        last = b.add(col, ir.Constant(I64, max(offsets) + self.p.nr - 1))
+        return b.and_(
+            b.icmp_signed(">=", first, ir.Constant(I64, low)),
+            b.icmp_signed("<=", last, ir.Constant(I64, high)),
+        )
 
     def _merge(self, tiles):
         """One accumulator tile of phis over ``tiles``: (tile, the block it comes from)."""
@@ -728,23 +755,25 @@ class _Gemm:
             first = b.mul(channel, ir.Constant(I64, taps.count))
             for t in taps.live:
                 offset = taps.offsets[t]
-                bv = [
-                    b.call(
-                        self.mload,
-                        [
-                            self._at(row, offset + v * self.w),
-                            ir.Constant(I32, 4),
-                            self.tap_masks[t][v],
-                            self.zero,
-                        ],
-                    )
-                    for v in range(self.nv)
-                ]
+                bv = [self._tap_vector(row, offset + v * self.w, t, v) for v in range(self.nv)]
                 k = b.add(first, ir.Constant(I64, t)) if t else first
                 cur = self._fma_rows(cur, a_rows, k, bv)
             return cur
 
         return self._acc_loop(acc, ir.Constant(I64, 0), channels, 1, "kch", body)
+
+    def _tap_vector(self, row, offset: int, tap: int, v: int) -> ir.Value:
+        """Vector ``v`` of tap ``tap``'s B row: a masked load, or with ``tap_select`` (the
+        row lies in the plane) a plain load and its masked lanes zeroed, an AND whose mask
+        can stay in memory: with AVX2's 16 registers a masked load needs its mask in one,
+        and a 6x16 tile's accumulators then spill."""
+        b, mask = self.b, self.tap_masks[tap][v]
+        at = self._at(row, offset)
+        if isinstance(mask, ir.Constant):
+            return b.load(at, typ=self.vec, align=4)
+        if self.tap_select:
+            return b.select(mask, b.load(at, typ=self.vec, align=4), self.zero)
+        return b.call(self.mload, [at, ir.Constant(I32, 4), mask, self.zero])
 
     def _tap_masks(self, col: ir.Value, masks: list[ir.Value]) -> list[list[ir.Value]]:
         """Per tap, per vector of the tile (first column ``col``): the lanes whose input

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 
 import islpy as isl
+import numpy as np
 
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import (
@@ -624,6 +625,28 @@ def b_taps(geo: Geometry) -> Taps | None:
     if len(live) > MAX_TAPS:
         return None
     return Taps(count, step, offsets, columns, bounds, live)
+
+
+def tap_span(geo: Geometry, taps: Taps) -> tuple[int, int]:
+    """The lowest and highest offset, from a channel's B row, of an element some column
+    reads in the domain (taps inside the image): every address between the two lies in
+    the input, so a load there is safe whatever the lanes' values are used for."""
+    sizes = [geo.sizes[d] for d in geo.cols]
+    columns = np.arange(math.prod(sizes))
+    coords, rest = [], columns
+    for size in reversed(sizes):
+        coords.insert(0, rest % size)
+        rest = rest // size
+    low, high = None, None
+    for t in taps.live:
+        inside = np.ones(columns.shape, dtype=bool)
+        for coeffs, bounds in zip(taps.columns, taps.bounds, strict=True):
+            inside &= sum(c * x for c, x in zip(coeffs, coords, strict=True)) + bounds[t] >= 0
+        if inside.any():
+            read = columns[inside] + taps.offsets[t]
+            low = int(read.min()) if low is None else min(low, int(read.min()))
+            high = int(read.max()) if high is None else max(high, int(read.max()))
+    return (0, -1) if low is None else (low, high)
 
 
 def _check(params: Params, lanes: int, geo: Geometry) -> None:

@@ -14,6 +14,7 @@ import polyonnx
 from polyonnx.errors import ScheduleError
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.gemm import b_taps, geometry, tap_span
 from tests.helpers import (
     fast,
     make_model,
@@ -202,7 +203,30 @@ def test_a_tile_whose_windows_lie_inside_the_image_reads_without_masks():
     pads = _same_pads(3, 3, 1)
     model = _conv_model(x.shape, w, bias, pads, 1, 1, residual=False)
     session = polyonnx.InferenceSession(model, threads=2)
-    assert "taps.inside" in session.compiled_for({"x": x}).jit.source
+    source = session.compiled_for({"x": x}).jit.source
+    assert "taps.inside" in source and "taps.plane.yes" in source
     got = session.run(None, {"x": x})[0]
     ref = _reference(x, w, bias, pads, 1, 1)
     np.testing.assert_allclose(got, np.maximum(ref, 0), **sum_tol(16 * 9))
+
+
+@pytest.mark.parametrize(
+    ("h", "wd", "window"),
+    [(56, 56, (3, 3, 1)), (7, 9, (3, 3, 1)), (14, 14, (3, 3, 2)), (5, 8, (2, 3, 1))],
+)
+def test_the_tap_span_is_the_input_plane(h, wd, window):
+    """Tiles whose every tap row lies between the lowest and highest element the domain
+    reads load all their lanes unmasked (then zero the masked ones): that range must be
+    the input plane exactly, or a load could leave the buffer."""
+    kh, kw, dilation = window
+    rng = np.random.default_rng(0)
+    w = random_array(rng, (4, 3, kh, kw))
+    model = _conv_model((1, 3, h, wd), w, np.zeros(4, F32), _same_pads(kh, kw, dilation),
+                        dilation, 1, residual=False)  # fmt: skip
+    program = lower_model(model)
+    stmt = next(s for k in program.kernels for s in k.statements if s.reduce == "add")
+    geo = geometry(stmt, program.buffers)
+    taps = b_taps(geo)
+    low, high = tap_span(geo, taps)
+    # the first element of the plane, then the last, from B's base (the padding's shift)
+    assert (geo.b.const + low, geo.b.const + high) == (0, h * wd - 1)
