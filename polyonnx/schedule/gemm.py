@@ -260,6 +260,8 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     if registers < 32:  # AVX2: see AVX2_MC
         mc, prefetch, unroll = AVX2_MC, 0, AVX2_UNROLL if packb else 4
         packa = int(taps is None and packb and 4 * geo.m * geo.k >= AVX2_PACK_A_BYTES)
+        if packb and mr == 6 and geo.k < AVX2_SHALLOW_K:
+            mr = 4  # see AVX2_SHALLOW_K
         if packa:
             nc = _even(geo.n, AVX2_PACKED_A_NC, nr)
     return Params(
@@ -302,6 +304,16 @@ per-round time ratios (polyonnx / numpy), the AVX-512 defaults -> these:
 - 4-row tiles where 6-row ones would compute AVX2_ROW_WASTE times the rows (8 rows: 12
   computed): 8 x 784 x 512 (an MLP layer at batch 8) 1.16 -> 0.94. Measured at 8 rows
   only, hence the wide margin."""
+
+
+AVX2_SHALLOW_K = 256
+"""Below this depth, a GEMM whose B is packed takes 4-row tiles on AVX2, not 6-row ones.
+Measured on the Zen 3 like the above (ratios to numpy; Convs to onnxruntime, one process),
+6 -> 4 rows: MatMul 256 x 64 x 3136 1.23 -> 0.97, 256 x 128 x 3136 1.14 -> 1.03, but
+256 x 256 x 3136 1.13 -> 1.10 and 256 x 512 x 3136 1.04 -> 1.07; 1x1 Conv 64 -> 256 at
+56x56 1.18 -> 0.84; a first layer's Conv 3 -> 64, 3x3 stride 2 at 224x224 (K = 27)
+1.70 -> 1.10 and 7x7 stride 2 (K = 147) 1.25 -> 1.07. B read in place keeps 6 rows (1x1
+Conv 64 -> 64 at 56x56 1.01 against 1.04)."""
 
 
 PREFETCH_A_BYTES = 1 << 20

@@ -410,3 +410,21 @@ def test_the_avx2_default_packs_a_large_a_and_never_prefetches(shape, packa):
     assert params.unroll == (8 if params.packb else 4)
     assert params.packa == packa
     assert params.nc == (min(-(-n // 16) * 16, 1024) if packa else min(-(-n // 16) * 16, 512))
+
+
+@pytest.mark.parametrize(
+    ("shape", "mr"),
+    [
+        ((256, 64, 3136), 4),  # packed B, 64 deep: 4-row tiles (AVX2_SHALLOW_K)
+        ((200, 100, 3136), 4),  # 200 rows: 34 tiles of 6 against 50 of 4
+        ((256, 256, 3136), 6),
+        ((64, 64, 3136), 6),  # 64 rows, 64 deep: B read in place keeps 6 rows
+    ],
+)
+def test_a_shallow_avx2_gemm_with_b_packed_takes_four_row_tiles(shape, mr):
+    m, k, n = shape
+    program = lower_model(_matmul_model((m, k), (k, n), (m, n)))
+    stmt = next(s for s in program.kernels[0].statements if s.reduce)
+    params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
+    assert params.mr == mr
+    assert params.packb == (mr == 4 or k >= 256)
