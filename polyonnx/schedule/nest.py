@@ -33,7 +33,11 @@ def loop_nest(stmt: Statement, buffers: Mapping[str, Buffer], keep: str | None =
     candidates = [p for p, s in scores.items() if s is not None]
     if not candidates:
         return LoopNest(tuple(names))
-    inner = max(candidates, key=lambda p: (scores[p], p))
+    # a dim too short for SIMD gives way to a long one that also suits it: a 1x1 Conv
+    # over a 1x1 image (a classifier) then sums along its channels in vectors instead of
+    # one scalar chain per output
+    inner = max(candidates, key=lambda p: (sizes[p] >= MIN_VECTOR_EXTENT and scores[p] > 0,
+                                            scores[p], p))  # fmt: skip
     write_shape = buffers[stmt.write.buffer].shape
     reduced = [p for p in range(len(names)) if flat_stride(stmt.write, write_shape, p) == 0]
     outer = [p for p in range(len(names)) if p != inner and p not in reduced]

@@ -13,7 +13,16 @@ import polyonnx
 from polyonnx.emit.pseudo_c import pseudo_c
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.schedule.default import default_schedule
-from tests.helpers import FLOAT_TOL, MATH_TOL, fast, make_model, random_array, seeds, value_info
+from tests.helpers import (
+    FLOAT_TOL,
+    MATH_TOL,
+    fast,
+    make_model,
+    random_array,
+    seeds,
+    square_conv_model,
+    value_info,
+)
 
 F32 = np.float32
 small = st.sampled_from((1, 2, 3, 5, 7, 13, 16, 17))
@@ -172,3 +181,16 @@ def test_one_row_of_dot_products_keeps_the_reduction_in_simd():
     np.testing.assert_allclose(
         got, a.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-3
     )
+
+
+def test_a_classifier_conv_over_a_1x1_image_sums_its_channels_in_simd():
+    # the output pixel's dims (extent 1) score best for SIMD but cannot fill a vector: the
+    # channel reduction, contiguous in the weights and the input, takes the SIMD lanes
+    model = square_conv_model(1024, 1000, 1, 1, pad=0)
+    program = lower_model(model)
+    (kernel,) = program.kernels
+    tree = default_schedule(kernel, program.buffers).tree
+    assert "vectorize" in tree
+    x = np.random.default_rng(0).standard_normal((1, 1024, 1, 1)).astype(np.float32)
+    got = polyonnx.InferenceSession(model, threads=1).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got.reshape(-1), np.full(1000, x.sum()), rtol=1e-4)
