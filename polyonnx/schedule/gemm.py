@@ -259,7 +259,12 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     mc, packa, unroll = 64, 0, 4
     if registers < 32:  # AVX2: see AVX2_MC
         mc, prefetch, unroll = AVX2_MC, 0, AVX2_UNROLL if packb else 4
-        packa = int(taps is None and packb and 4 * geo.m * geo.k >= AVX2_PACK_A_BYTES)
+        packa = int(
+            taps is None
+            and packb
+            and 4 * geo.m * geo.k >= AVX2_PACK_A_BYTES
+            and geo.n >= AVX2_PACK_A_COLUMNS
+        )
         if packb and mr == 6 and geo.k < AVX2_SHALLOW_K:
             mr = 4  # see AVX2_SHALLOW_K
         if packa:
@@ -305,6 +310,13 @@ per-round time ratios (polyonnx / numpy), the AVX-512 defaults -> these:
   computed): 8 x 784 x 512 (an MLP layer at batch 8) 1.16 -> 0.94. Measured at 8 rows
   only, hence the wide margin."""
 
+
+AVX2_PACK_A_COLUMNS = 128
+"""Fewer columns than this and A is not packed on AVX2 whatever its size: packing copies
+all of A for few FMAs per element. Measured like AVX2_SHALLOW_K, packed -> in place:
+MatMul 2048 x 1024 x 49 (ResNet-50's 1x1 stride-2 Conv 1024 -> 2048) 0.99 -> 0.78,
+1024 x 1024 x 64 0.94 -> 0.86, x 128 0.87 either way, x 196 0.94 -> 1.00 (packed stays);
+3x3 stride-2 Conv 512 -> 512 at 14x14 1.45 -> 1.12 times onnxruntime's time."""
 
 AVX2_SHALLOW_K = 256
 """Below this depth, a GEMM whose B is packed takes 4-row tiles on AVX2, not 6-row ones.

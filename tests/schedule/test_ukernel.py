@@ -428,3 +428,12 @@ def test_a_shallow_avx2_gemm_with_b_packed_takes_four_row_tiles(shape, mr):
     params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
     assert params.mr == mr
     assert params.packb == (mr == 4 or k >= 256)
+
+
+@pytest.mark.parametrize(("n", "packa"), [(49, False), (64, False), (128, True), (196, True)])
+def test_avx2_packs_a_large_a_only_for_enough_columns(n, packa):
+    # A of 8 MB: packed for a wide B, read in place for ResNet-50's 7x7 tail (49 columns)
+    program = lower_model(_matmul_model((2048, 1024), (1024, n), (2048, n)))
+    stmt = next(s for s in program.kernels[0].statements if s.reduce)
+    params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
+    assert params.packa == packa
