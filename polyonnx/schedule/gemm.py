@@ -267,6 +267,8 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
         )
         if packb and mr == 6 and geo.k < AVX2_SHALLOW_K:
             mr = 4  # see AVX2_SHALLOW_K
+        if taps is not None:
+            kc = _even(geo.k, AVX2_TAPS_KC, taps.count)
         if packa:
             nc = _even(geo.n, AVX2_PACKED_A_NC, nr)
     return Params(
@@ -317,6 +319,14 @@ all of A for few FMAs per element. Measured like AVX2_SHALLOW_K, packed -> in pl
 MatMul 2048 x 1024 x 49 (ResNet-50's 1x1 stride-2 Conv 1024 -> 2048) 0.99 -> 0.78,
 1024 x 1024 x 64 0.94 -> 0.86, x 128 0.87 either way, x 196 0.94 -> 1.00 (packed stays);
 3x3 stride-2 Conv 512 -> 512 at 14x14 1.45 -> 1.12 times onnxruntime's time."""
+
+AVX2_TAPS_KC = 1152
+"""K blocks of a Conv read in place on AVX2, at most: 128 channels of a 3x3 window, so that
+a 72-row block of A (weights) stays within the Zen 3's 512 KB L2 (331 KB); all 2304 taps
+of 256 channels make 663 KB, which every column tile then streamed from L3. Measured 1
+thread, one process, to onnxruntime's time, 2304 -> 1152: 3x3 Conv 256 -> 256 at 56x56
+1.15 -> 1.10 (864: 1.07, 576: 1.09); 512 -> 512 at 28x28 1.19 -> 1.17; 128 -> 128 at
+28x28, 1152 deep, stays whole (576: 1.04 -> 1.08)."""
 
 AVX2_SHALLOW_K = 256
 """Below this depth, a GEMM whose B is packed takes 4-row tiles on AVX2, not 6-row ones.

@@ -24,6 +24,7 @@ from tests.helpers import (
     make_model,
     random_array,
     seeds,
+    square_conv_model,
     sum_tol,
     value_info,
 )
@@ -437,3 +438,13 @@ def test_avx2_packs_a_large_a_only_for_enough_columns(n, packa):
     stmt = next(s for s in program.kernels[0].statements if s.reduce)
     params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
     assert params.packa == packa
+
+
+@pytest.mark.parametrize(("c", "hw", "kc"), [(256, 56, 1152), (512, 28, 1152), (128, 28, 1152)])
+def test_avx2_blocks_a_conv_read_in_place_so_its_weights_block_fits_l2(c, hw, kc):
+    # 2304 taps of 256 channels are 663 KB a 72-row block: two blocks of 1152
+    program = lower_model(square_conv_model(c, c, hw, 3))
+    stmt = next(s for s in program.kernels[0].statements if s.reduce)
+    params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
+    assert (params.packb, params.kc) == (0, kc)
+    assert default_params(geometry(stmt, program.buffers), 16, 32).kc == min(9 * c, 2304)
