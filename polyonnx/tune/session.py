@@ -178,7 +178,12 @@ def _prepare(
     progress: TaskProgress, program: Program, db: Database, key: Key, threads: int,
     options: Options,
 ) -> None:  # fmt: skip
-    """The task's search space, and (resuming) its earlier trials fed to its search."""
+    """The task's search space, and (resuming) its earlier trials fed to its search.
+    Earlier trials count as resumed even where the task is not searched this time: its
+    share of the model's time is measured, and a task near ``min_share`` may fall below
+    it in one session and not the next."""
+    earlier = list(db.trials(progress.task.hash, key)) if options.resume else []
+    progress.earlier = len(earlier)
     if progress.share < options.min_share:
         progress.note = f"{progress.share:.1%} of the model's time"
         return
@@ -193,8 +198,7 @@ def _prepare(
         return
     default = db.default(progress.task.hash, key)
     progress.default_s = default.median_s if default else None
-    for trial in db.trials(progress.task.hash, key):
-        progress.earlier += 1
+    for trial in earlier:
         trace = rename_trace(trial.trace, progress.task.name)  # tuned on a twin kernel?
         if trial.is_default:
             progress.search.record([], trial.median_s, default=True)

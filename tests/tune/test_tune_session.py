@@ -41,6 +41,16 @@ def test_a_session_commits_every_trial_and_resumes(model_path, tmp_path):
             assert traces["[]"] <= 1
 
 
+def test_trials_of_a_task_no_longer_searched_still_count_as_resumed(model_path, tmp_path):
+    # a task's share of the model's time is measured: one near min_share may be searched
+    # in one session and skipped in the next; its trials are still in the database
+    db_path = str(tmp_path / "t.db")
+    tune(model_path, Options(trials=6, db=db_path, **QUICK))
+    skipped = tune(model_path, Options(trials=2, db=db_path, min_share=1.1, **QUICK))
+    assert all(t.search is None for t in skipped.tasks)
+    assert skipped.resumed == 6 and skipped.trials == 0
+
+
 def test_a_crashing_candidate_is_recorded_and_the_session_goes_on(model_path, tmp_path):
     db_path = str(tmp_path / "t.db")
     result = tune(model_path, Options(trials=8, db=db_path, fault="segv:5", **QUICK))
