@@ -321,14 +321,15 @@ class _KernelWalker:
         ub = self.expr(bound, env)
         last = ub if inclusive else self.b.sub(ub, ir.Constant(I64, 1))
         users = self._users(node.for_get_body())
-        reducing = users[0] if users[0].accesses[users[0].stmt.write].steps.get(name) == 0 else None
+        reducing = _reducing(users, name)
         start = self.expr(node.for_get_init(), env)
         it, acc = start, None
         wide = self.width * INTERLEAVE
-        fits = _trip_count(node.for_get_init(), bound, inclusive) or wide
-        widths = [wide] if fits >= wide and self._interleavable(users, name) else []
-        for width in [*widths, self.width]:
-            it, acc = self._vector_steps(node, env, Lanes(name, width), it, last, acc)
+        count = _trip_count(node.for_get_init(), bound, inclusive)
+        fits = count is None or count >= wide
+        widths = [wide, self.width] if fits and self._interleavable(users, name) else [self.width]
+        for width in widths:
+            it, acc = self._vector_steps(users, reducing, env, Lanes(name, width), it, last, acc)
         inner = {**env, name: it}
         if reducing is None and self._maskable(users, name):
             self.masked_tail(users, inner, Lanes(name, self.width), it, last)
@@ -345,7 +346,8 @@ class _KernelWalker:
 
     def _vector_steps(
         self,
-        node: isl.AstNode,
+        users: list[Instance],
+        reducing: Instance | None,
         env: Env,
         lanes: Lanes,
         start: ir.Value,
@@ -353,12 +355,10 @@ class _KernelWalker:
         acc: ir.Value | None,
     ) -> tuple[ir.Value, ir.Value | None]:
         """A loop of steps of ``lanes.width`` iterations from ``start`` while a whole step
-        fits before ``last``; returns where it stopped and, for a reduction along the loop,
-        its accumulator vector (started from ``acc``, a wider one folded, or the identity).
-        """
+        fits before ``last``; returns where it stopped and, for ``reducing`` (a reduction
+        along the loop), its accumulator vector (started from ``acc``, a wider one folded,
+        or the identity)."""
         name, width = lanes.iterator, lanes.width
-        users = self._users(node.for_get_body())
-        reducing = users[0] if users[0].accesses[users[0].stmt.write].steps.get(name) == 0 else None
         init = None
         if reducing is not None:
             op = reducing.stmt.reduce
@@ -622,6 +622,12 @@ class _KernelWalker:
             return env[e.get_id().get_name()]
         args = [e.op_get_arg(i) for i in range(e.op_get_n_arg())]
         return _ast_op(self.b, e.op_get_type(), [self.expr(a, env) for a in args])
+
+
+def _reducing(users: list[Instance], name: str) -> Instance | None:
+    """The loop's user if it is a reduction along loop ``name`` (its write stays put)."""
+    first = users[0]
+    return first if first.accesses[first.stmt.write].steps.get(name) == 0 else None
 
 
 def _trip_count(init: isl.AstExpr, bound: isl.AstExpr, inclusive: bool) -> int | None:
