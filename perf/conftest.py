@@ -108,6 +108,16 @@ def pytest_configure(config):
             setattr(config.option, dest, value)
 
 
+@pytest.fixture(autouse=True)
+def quiet_start():
+    """Every benchmark starts once the last one's idle threads stopped spinning
+    (polyonnx/bench/quiet.py): onnxruntime's spin for ~60 ms after a 2-thread run, and
+    numpy's 2-thread MatMul, which comes right after it, ran 2048^3 slower than on 1."""
+    from polyonnx.bench.quiet import wait_until_quiet
+
+    wait_until_quiet()
+
+
 @pytest.fixture(scope="session")
 def ort_session():
     """``ort_session(model, threads)``: an onnxruntime CPU session (model: a path or a

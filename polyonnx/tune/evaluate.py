@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from polyonnx.bench.quiet import wait_until_quiet
 from polyonnx.krnl.ir import Program
 from polyonnx.runtime.compiled import compile_program, default_schedules
 from polyonnx.tune.apply import Records
@@ -26,10 +27,11 @@ SECONDS = 3.0
 of untimed runs, continue until every contender has run this long in all (within the
 bounds)."""
 WARM = 0.01
-"""The last contender's idle threads spin for a while after its runs, on the cores this
-one's threads need (polyonnx's pool for ~2 ms; onnxruntime's likewise): a Conv that runs
-in 0.27 ms on 2 threads measured 0.54 ms, its 1-thread time, right after onnxruntime's
-turn. Untimed runs for this long let them sleep and wake this contender's own."""
+"""Untimed runs of a contender before its timed block, for this long: they wake its own
+worker threads. Before them, ``wait_until_quiet`` lets the last contender's threads stop
+spinning: measured right after onnxruntime's turn, with 10 ms of warm-up runs and no
+wait, light SqueezeNet's default schedules took 15.7 ms against 8.1 ms for the same
+schedules compiled as "tuned" (2 threads)."""
 
 
 def model_latency(
@@ -60,8 +62,9 @@ def model_latency(
         rounds < MIN_ROUNDS or min(sum(t) for t in times.values()) < seconds
     ):
         for name, run in contenders.items():
+            wait_until_quiet()
             start = time.perf_counter()
-            run()  # not timed: the others' threads may still be spinning
+            run()  # not timed: wakes this contender's threads
             while time.perf_counter() - start < WARM:
                 run()
             for _ in range(BLOCK):
