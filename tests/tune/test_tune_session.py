@@ -27,7 +27,11 @@ def test_a_session_commits_every_trial_and_resumes(model_path, tmp_path):
         assert len(db) == 10
     tuned = [t for t in first.tasks if t.search is not None]
     assert {t.task.op_type for t in tuned} >= {"MatMul"}
-    assert all(t.default_s for t in tuned)  # every task's default was measured first
+    firsts: dict[str, list] = {}
+    for trial in seen:
+        firsts.setdefault(trial.task, trial.trace)
+    assert all(trace == [] for trace in firsts.values())  # a task's default comes first
+    assert all(t.default_s for t in tuned if t.trials > 1)
     assert first.latency["default"] > 0 and first.latency["tuned"] > 0
 
     second = tune(model_path, Options(trials=6, db=db_path, **QUICK))
@@ -39,6 +43,18 @@ def test_a_session_commits_every_trial_and_resumes(model_path, tmp_path):
             # once, or twice for a task's best (the confirmation); the default once
             assert max(traces.values(), default=0) <= 2, "a trace was measured again"
             assert traces["[]"] <= 1
+
+
+def test_the_largest_task_gets_candidates_before_every_small_default(model_path, tmp_path):
+    # with room for few trials, they go by share: the largest task's default and then its
+    # candidates, not the default of every task first (a short session on a model with
+    # many tasks used to measure defaults only)
+    result = tune(model_path, Options(trials=3, db=str(tmp_path / "t.db"), **QUICK))
+    tuned = [t for t in result.tasks if t.search is not None]
+    assert len(tuned) >= 3, "the test needs more tasks than trials"
+    largest = max(tuned, key=lambda t: t.share)
+    assert largest.trials >= 2 and largest.default_s is not None
+    assert any(t.trials == 0 for t in tuned)
 
 
 def test_trials_of_a_task_no_longer_searched_still_count_as_resumed(model_path, tmp_path):
