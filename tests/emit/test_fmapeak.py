@@ -13,5 +13,8 @@ def test_the_fma_loop_runs_at_a_plausible_clock():
     ghz, how = measured_clock()
     assert 0.5 < ghz < 6.0, how
     peak, _ = peak_per_core(ghz)
-    assert 0.5 * peak < rate < 1.5 * peak
+    # a quarter, not a half: the clock and the rate are measured at different moments, and
+    # under the test suite's other workers the rate was once below half (a scalar loop
+    # would run at 1/8 or 1/16 of the peak, a folded one far above it)
+    assert 0.25 * peak < rate < 1.5 * peak
     assert "measured" in how and FMA_PIPES == 2
