@@ -94,6 +94,10 @@ class TaskProgress:
     a measurement, a one-minute session on light SqueezeNet (25 tasks) spent its budget
     on four defaults and tried no candidate."""
 
+    def ready(self) -> bool:
+        """Whether a trial can go to it now: its default is measured, or not yet sent."""
+        return self.default_s is not None or not self.default_tried
+
     def consider(self, trace: list[dict], seconds: float | None) -> None:
         """Keep ``trace`` as the best if it is faster (on the default's scale)."""
         if seconds is not None and (self.best_s is None or seconds < self.best_s):
@@ -275,15 +279,14 @@ class _Runner:
                 return "trials"
             open_tasks = [
                 t for t in self.result.tasks
-                if t.search is not None and not t.search.exhausted()
-                and (t.default_s is not None or not t.default_tried)
+                if t.search is not None and not t.search.exhausted() and t.ready()
             ]  # fmt: skip
             if not open_tasks:
                 return "no new candidates" if self.result.trials else "nothing to tune"
             batch: list[tuple[TaskProgress, list[dict]]] = []
             pending: dict[str, int] = {}
             for _ in range(max(self.options.jobs, 1)):
-                ready = [t for t in open_tasks if t.default_s is not None or not t.default_tried]
+                ready = [t for t in open_tasks if t.ready()]  # a default just sent is not
                 room = self._left(self.options.batch + len(batch)) - len(batch)
                 if room <= 0 or not ready:
                     break
