@@ -29,6 +29,7 @@ across lanes. Split over threads, each thread takes a range of columns
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -896,8 +897,7 @@ class _Gemm:
         ``ncp``), zero where the domain has no point, then zeros up to the next whole NR
         tile."""
         b, geo, nr = self.b, self.geo, self.p.nr
-        inner = geo.cols[-1]
-        width = geo.sizes[inner]
+        width = math.prod(geo.sizes[d] for d in self.run_dims)
         with _loop(b, ir.Constant(I64, 0), kcl, 1, "pk") as kk:
             values = _unflatten(b, b.add(kc, kk), [(d, geo.sizes[d]) for d in geo.depth])
             row_off = _dot(b, geo.b.coeffs, values, 0)
@@ -912,6 +912,25 @@ class _Gemm:
             for v in range(self.nv):
                 mask = self.below(ir.Constant(I64, v * self.w), tail)
                 b.call(self.mstore, [self.zero, self._at(row, v * self.w), _i32(4), mask])
+
+    @property
+    def run_dims(self) -> tuple[int, ...]:
+        """The trailing J dims that B reads as one evenly strided run: the innermost, and
+        each next one out while B's offset keeps the same step across it and no padding
+        constraint names it (a 1x1 Conv's whole output plane, not one row of it). Packing
+        copies a run with whole vectors; runs one short row long (27 columns) left most
+        vectors split across micro-panels and masked."""
+        geo = self.geo
+        inner = geo.cols[-1]
+        if any(coeffs[inner] for coeffs, _ in geo.constraints):
+            return (inner,)
+        runs, stride = [inner], geo.b.coeffs[inner] * geo.sizes[inner]
+        for d in reversed(geo.cols[:-1]):
+            if geo.b.coeffs[d] != stride or any(coeffs[d] for coeffs, _ in geo.constraints):
+                break
+            runs.insert(0, d)
+            stride *= geo.sizes[d]
+        return tuple(runs)
 
     def panel_tile(self, panel, col) -> ir.Value:
         """The packed panel's micro-panel of columns ``col ..`` (a multiple of NR)."""
@@ -929,11 +948,12 @@ class _Gemm:
         column block and to the domain's constraints, into row ``kk`` of the panel."""
         b, geo = self.b, self.geo
         inner = geo.cols[-1]
-        width = geo.sizes[inner]
+        runs = self.run_dims
+        width = math.prod(geo.sizes[d] for d in runs)
         base = b.mul(rho, ir.Constant(I64, width))
         w0 = _max(b, b.sub(jc, base), 0)
         w1 = _min(b, b.sub(b.add(jc, nc), base), width)
-        values = _unflatten(b, rho, [(d, geo.sizes[d]) for d in geo.cols[:-1]])
+        values = _unflatten(b, rho, [(d, geo.sizes[d]) for d in geo.cols[: -len(runs)]])
         offset = _dot(b, geo.b.coeffs, values, 0, start=row_off)
         lo, hi = w0, w1
         for (coeffs, _), rest in zip(geo.constraints, rests, strict=True):

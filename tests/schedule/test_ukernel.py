@@ -268,6 +268,39 @@ def test_any_ukernel_parameters_compute_the_product(
     np.testing.assert_allclose(got, a @ b, **sum_tol(4 * k))
 
 
+@fast(25)
+@given(
+    c=st.sampled_from((1, 5, 16)), m=st.sampled_from((3, 8, 17)),
+    hw=st.sampled_from((1, 5, 7, 9)), k=st.sampled_from((1, 3)),
+    stride=st.sampled_from((1, 2)), pad=st.sampled_from((0, 1)),
+    nr=st.sampled_from((16, 32)), kc=st.sampled_from((1, 7, 64)),
+    nc=st.sampled_from((16, 40, 512)), split=st.sampled_from(("none", "cols")), seed=seeds,
+)  # fmt: skip
+def test_a_conv_with_b_packed_computes_the_conv(c, m, hw, k, stride, pad, nr, kc, nc, split, seed):
+    """Packing copies a 1x1 Conv's whole output plane as one run (emit/ukernel.py
+    ``run_dims``), a padded or strided one row by row: column blocks that start and end
+    mid-row, K blocks, and planes shorter than a vector."""
+    if hw + 2 * pad < k or (k == 1 and pad):
+        return  # no window fits; or border outputs with no products: not one contraction
+    rng = np.random.default_rng(seed)
+    x, w = random_array(rng, (1, c, hw, hw)), random_array(rng, (m, c, k, k))
+    ref = conv2d_reference(x, w, np.zeros(m, F32), stride, pad, 1, 1)
+    node = helper.make_node(
+        "Conv", ["x", "w"], ["y"], name="conv", strides=[stride] * 2, pads=[pad] * 4
+    )
+    model = make_model(
+        [node], [value_info("x", F32, x.shape)], [value_info("y", F32, ref.shape)], {"w": w}
+    )
+    prog = polyonnx.load(model)
+    try:
+        prog.schedule("conv").ukernel(mr=4, nr=nr, kc=kc, nc=nc, split=split, packb=1)
+    except ScheduleError:
+        assert ref[0, 0].size < 16 or c * k * k < 2  # too small a product to be one
+        return
+    got = polyonnx.InferenceSession(prog, threads=2).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, **sum_tol(4 * c * k * k))
+
+
 def test_reading_b_in_place_is_refused_for_an_im2col():
     x = helper.make_tensor_value_info("x", 1, (1, 8, 9, 9))
     w = np.ones((16, 8, 3, 3), F32)
