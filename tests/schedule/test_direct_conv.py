@@ -14,7 +14,7 @@ import polyonnx
 from polyonnx.errors import ScheduleError
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.schedule.default import default_schedule
-from polyonnx.schedule.gemm import b_taps, geometry, tap_span
+from polyonnx.schedule.gemm import b_taps, default_params, geometry, tap_span
 from tests.helpers import (
     fast,
     make_model,
@@ -29,7 +29,7 @@ from tests.krnl.test_conv import conv_ref
 F32 = np.float32
 
 # (kernel height, width, dilation): "same" padding keeps the output as large as the input
-WINDOWS = ((3, 3, 1), (3, 3, 2), (1, 3, 1), (3, 1, 1), (2, 2, 1), (2, 3, 1))
+WINDOWS = ((3, 3, 1), (3, 3, 2), (1, 3, 1), (3, 1, 1), (2, 2, 1), (2, 3, 1), (5, 5, 1), (3, 5, 1))
 
 
 def _same_pads(kh: int, kw: int, dilation: int) -> list[int]:
@@ -119,7 +119,7 @@ def test_a_conv_read_in_place_matches_numpy(
     [
         (square_conv_model(8, 16, 9, 3, stride=2), "packb=0 needs B contiguous"),  # rows step 2
         (square_conv_model(8, 16, 9, 3, pad=0), "packb=0 needs B contiguous"),  # rows 7 of 9 long
-        (square_conv_model(8, 16, 9, 5, pad=2), "packb=0 needs B contiguous"),  # 25 taps
+        (square_conv_model(8, 16, 9, 7, pad=3), "packb=0 needs B contiguous"),  # 49 taps
     ],
 )
 def test_reading_a_conv_in_place_is_refused_where_it_does_not_apply(model, reason):
@@ -151,6 +151,17 @@ def test_the_default_reads_a_3x3_conv_in_place(c, m, hw, stride, in_place):
     (kernel,) = program.kernels
     tree = default_schedule(kernel, program.buffers).tree
     assert ("packb0" in tree) == in_place
+
+
+@pytest.mark.parametrize(("lanes", "registers", "in_place"), [(8, 16, True), (16, 32, False)])
+def test_a_5x5_conv_is_read_in_place_by_default_with_avx2_only(lanes, registers, in_place):
+    """AVX2's 6 x 16 tile reads 25 taps in place faster than it packs them; AVX-512's
+    16 x 16 tile spills (schedule/gemm.py AVX512_MAX_TAPS)."""
+    program = lower_model(square_conv_model(32, 64, 13, 5, pad=2))
+    (kernel,) = program.kernels
+    (stmt,) = [st for st in kernel.statements if geometry(st, program.buffers)]
+    params = default_params(geometry(stmt, program.buffers), lanes, registers)
+    assert params.packb == (0 if in_place else 1)
 
 
 @pytest.mark.parametrize(
