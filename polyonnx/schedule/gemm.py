@@ -291,7 +291,7 @@ AVX2_MC = 72
 AVX2_PACK_A_BYTES = 2 << 20
 AVX2_PACKED_A_NC = 1024
 AVX2_UNROLL = 8
-AVX2_ROW_WASTE = 1.25
+AVX2_ROW_WASTE = 1.1
 """With AVX2's 16 registers (a 6 x 16 tile), measured on a Zen 3 (32 KB L1, 512 KB L2),
 1 thread, each variant against numpy's OpenBLAS in alternating rounds, the median of the
 per-round time ratios (polyonnx / numpy), the AVX-512 defaults -> these:
@@ -311,8 +311,10 @@ per-round time ratios (polyonnx / numpy), the AVX-512 defaults -> these:
   slower, so that keeps 4: 64 x 256 x 3136 1.16 (4) against 1.29 (8), 8 x 784 x 512
   (4-row tiles) 0.94 against 1.14.
 - 4-row tiles where 6-row ones would compute AVX2_ROW_WASTE times the rows (8 rows: 12
-  computed): 8 x 784 x 512 (an MLP layer at batch 8) 1.16 -> 0.94. Measured at 8 rows
-  only, hence the wide margin."""
+  computed): 8 x 784 x 512 (an MLP layer at batch 8) 1.16 -> 0.94. Measured on Zen 3
+  against onnxruntime, 6 -> 4 rows: 32 rows (36 computed) 3x3 Conv 128->32 at 56x56 (a
+  DenseNet layer) 1.09 -> 1.04, 1x1 256->32 at 27x27 1.06 -> 0.95; 16 rows (18) 1x1
+  64->16 at 55x55 0.80 -> 0.69; but 28 rows (30) 3x3 128->28 at 28x28 0.93 -> 0.95."""
 
 
 AVX2_PACK_A_COLUMNS = 128

@@ -389,7 +389,9 @@ def test_the_default_prefetches_a_large_a_a_row_panel_ahead(shape, prefetch):
         (68, 8, 6),
         (4, 8, 4),
         (8, 8, 4),
-        (16, 8, 6),
+        (16, 8, 4),  # 18 rows computed as 6s: 1.125 times
+        (32, 8, 4),
+        (28, 8, 6),  # 30: 1.07 times
         (12, 8, 6),
     ],
 )
