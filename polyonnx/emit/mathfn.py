@@ -30,7 +30,7 @@ from llvmlite import ir
 __all__ = ["MATH_OPS", "emit_math", "emit_pow"]
 
 MATH_OPS: frozenset[str] = frozenset(
-    {"exp", "expm1", "log", "log1p", "tanh", "sigmoid", "softplus", "erf", "sin", "cos"}
+    {"exp", "expneg", "expm1", "log", "log1p", "tanh", "sigmoid", "softplus", "erf", "sin", "cos"}
 )
 
 
@@ -477,6 +477,32 @@ def _exp(e: _Emitter, x):
     return e.mul(e.mul(p, e.as_float(rest)), e.as_float(normal))
 
 
+def _expneg(e: _Emitter, x):
+    """e^x for x <= 0 (Softmax's ``x - max(x)``; NaN and -inf too): ``_exp`` without the
+    work its whole range needs, 13 operations instead of 18.
+
+    - No upper clamp, and a lower one at -bias ln2 (one max that keeps NaN), where k =
+      -bias: the magic number holds k + bias, so the sum's pattern shifted left by mant is
+      2^k's for k > -bias, and +0 at k = -bias. p = e^r (``exp_poly`` as it is) times
+      2^k is then rounded once: exact down to the subnormal results of k = 1 - bias, and
+      0 from x < (1/2 - bias) ln2 (float: -87.68, where e^x < 8.5e-39), so the absolute
+      error stays under the smallest normal float. -inf gives 0, NaN stays NaN (p is NaN).
+    - Arguments up to ln(max float) are exact as well.
+
+    With AVX2's 16 registers ``_exp``'s constants spilled in a 4-vector loop: Softmax
+    512 x 1024, 1 thread, went 1.12-1.13 -> 0.93-0.95 times onnxruntime's time."""
+    fmt = e.fmt
+    lo = -fmt.bias * math.log(2.0)
+    xc = e.sel(e.cmp("<", x, e.f(lo)), e.f(lo), x)
+    magic = 1.5 * 2.0**fmt.mant + fmt.bias
+    j = e.fma(xc, e.f(_LOG2E), e.f(magic))
+    k = e.sub(j, e.f(magic))
+    r = e.fma(k, e.f(-fmt.ln2_hi), xc)
+    r = e.fma(k, e.f(-fmt.ln2_lo), r)
+    p = e.fma(e.horner(r, fmt.exp_poly), r, e.f(1.0))
+    return e.mul(p, e.as_float(e.b.shl(e.as_int(j), e.i(fmt.mant))))  # p 2^k
+
+
 def _expm1(e: _Emitter, x):
     """e^x - 1 = 2^k expm1(r) + (2^k - 1) in one FMA; 2^k - 1 is exact for
     k <= mantissa bits.  Larger k: the -1 is below half an ulp, use 2^k (1 + expm1(r))."""
@@ -692,6 +718,7 @@ def _cos_kernel(e: _Emitter, z):
 
 _OPS = {
     "exp": _exp,
+    "expneg": _expneg,
     "expm1": _expm1,
     "log": _log,
     "log1p": _log1p,

@@ -55,7 +55,8 @@ from polyonnx.krnl.ir import (
 from polyonnx.krnl.islutil import dim_names, parse_access, parse_set
 
 EXPENSIVE_UNARY = frozenset(
-    {"exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "softplus", "expm1", "log1p", "sqrt"}
+    {"exp", "expneg", "log", "tanh", "sigmoid", "erf", "sin", "cos", "softplus", "expm1"}
+    | {"log1p", "sqrt"}
 )
 EXPENSIVE_BINARY = frozenset({"pow", "div", "mod", "fmod"})
 

@@ -145,7 +145,7 @@ UNARY_OPS = frozenset(
     {
         "neg", "abs", "sqrt", "exp", "log", "tanh", "sigmoid", "erf", "sin", "cos",
         "floor", "ceil", "round", "sign", "reciprocal", "not", "softplus", "expm1", "log1p",
-        "isnan", "isinf", "isposinf", "isneginf",
+        "expneg", "isnan", "isinf", "isposinf", "isneginf",
     }
 )  # fmt: skip
 BINARY_OPS = frozenset(

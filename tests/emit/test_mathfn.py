@@ -135,6 +135,7 @@ def _sigmoid(x):
 
 REF = {
     "exp": np.exp,
+    "expneg": np.exp,
     "expm1": np.expm1,
     "log": np.log,
     "log1p": np.log1p,
@@ -164,6 +165,7 @@ def inputs(op: str, dtype) -> np.ndarray:
     lin = np.linspace
     sweeps = {
         "exp": [lin(-87.0, 88.0, N), _both_signs(_logspace(-30, 0, N // 8))],
+        "expneg": [lin(-120.0 if dtype == np.float32 else -750.0, 0.0, N), -_logspace(-30, 0)],
         "expm1": [lin(-20.0, 88.0, N), _both_signs(_logspace(-30, 0, N // 4))],
         "log": [_logspace(-big, big), 1.0 + lin(-0.3, 0.5, N // 4)],
         "log1p": [_both_signs(_logspace(-30, -0.01, N // 2)), _logspace(-2, big, N // 2)],
@@ -174,7 +176,8 @@ def inputs(op: str, dtype) -> np.ndarray:
         "sin": [lin(-100.0, 100.0, N), _both_signs(_logspace(-30, 0, N // 8))],
         "cos": [lin(-100.0, 100.0, N), _both_signs(_logspace(-30, 0, N // 8))],
     }[op]
-    return np.concatenate([*sweeps, SPECIALS]).astype(dtype)
+    specials = [v for v in SPECIALS if not v > 0] if op == "expneg" else SPECIALS  # x <= 0
+    return np.concatenate([*sweeps, specials]).astype(dtype)
 
 
 def errors(got: np.ndarray, ref: np.ndarray, tiny: float) -> tuple[float, float]:
@@ -211,6 +214,7 @@ def _case(op: str, dtype_name: str) -> tuple[np.ndarray, np.ndarray]:
 # Measured maxima are in docs/mathfn.md; these bounds give ~1.5x headroom.
 F32_BOUNDS = {
     "exp": (1.1e-7, None),
+    "expneg": (1.1e-7, None),
     "expm1": (1.8e-7, None),
     "log": (1.2e-7, None),
     "log1p": (2.0e-7, None),
@@ -223,6 +227,7 @@ F32_BOUNDS = {
 }
 F64_BOUNDS = {
     "exp": (4e-16, None),
+    "expneg": (4e-16, None),
     "expm1": (4e-16, None),
     "log": (4e-16, None),
     "log1p": (4e-16, None),
@@ -305,6 +310,7 @@ EXACT = {
         (1e-30, 1e-30),
         (-1e-30, -1e-30),
     ],
+    "expneg": [(-INF, 0.0), (0.0, 1.0), (-0.0, 1.0), (-1000.0, 0.0)],
     "sigmoid": [(-INF, 0.0), (INF, 1.0), (0.0, 0.5), (-1000.0, 0.0), (100.0, 1.0)],
     "softplus": [(-INF, 0.0), (INF, INF), (1e30, 1e30), (-1000.0, 0.0), (100.0, 100.0)],
     "erf": [(INF, 1.0), (-INF, -1.0), (0.0, 0.0), (-0.0, -0.0), (10.0, 1.0), (-10.0, -1.0)],
@@ -318,10 +324,12 @@ EXACT_BY_FORMAT = {
     "f32x16": {
         "exp": [(88.73, INF), (89.0, INF), (-103.98, 0.0), (-104.0, 0.0)],
         "expm1": [(88.73, INF), (89.0, INF)],
+        "expneg": [(-87.7, 0.0), (-104.0, 0.0)],  # subnormal results from -87.68: 0
     },
     "f64x8": {
         "exp": [(709.79, INF), (710.0, INF), (-745.14, 0.0), (-746.0, 0.0)],
         "expm1": [(709.79, INF), (710.0, INF)],
+        "expneg": [(-709.2, 0.0), (-746.0, 0.0)],
     },
 }
 
@@ -373,8 +381,27 @@ def test_float_exp_within_one_ulp(jits):
     assert np.mean(ulps > 0) < 0.01
 
 
+def test_float_expneg_within_one_ulp_and_zero_only_below_the_normal_range(jits):
+    """Every 16th float of [ln FLT_MIN, 0]: at most 1 ulp from the correctly rounded
+    result. Below it, where e^x is subnormal, within 1 ulp or 0, and 0 from -87.7."""
+    lo = np.float32(87.3365).view(np.uint32)  # ln FLT_MIN = -87.33654
+    x = -np.arange(0, lo, 16, dtype=np.uint32).view(np.float32)
+    got = jits["f32x16"]("expneg", x)
+    want = np.exp(x.astype(np.float64)).astype(np.float32)
+    ulps = np.abs(got.view(np.int32).astype(np.int64) - want.view(np.int32))
+    assert ulps.max() <= 1
+    below = np.linspace(-110.0, -87.337, 1 << 16).astype(np.float32)
+    got = jits["f32x16"]("expneg", below)
+    want = np.exp(below.astype(np.float64)).astype(np.float32)
+    ulps = np.abs(got.view(np.int32).astype(np.int64) - want.view(np.int32))
+    assert ((ulps <= 1) | (got == 0)).all()
+    assert (got[below < -87.7] == 0).all()
+    assert (want < np.finfo(np.float32).tiny).all()
+
+
+@pytest.mark.parametrize("op", ["exp", "expneg"])
 @pytest.mark.parametrize("variant", ["f32x16", "f64x8"])
-def test_exp_of_any_nan_is_nan(jits, variant):
+def test_exp_of_any_nan_is_nan(jits, variant, op):
     """exp has no NaN select: NaN must survive its integer exponent arithmetic for every
     payload, quiet or signalling, of either sign."""
     jit = jits[variant]
@@ -386,7 +413,7 @@ def test_exp_of_any_nan_is_nan(jits, variant):
     x = (payload.astype(uint) | exp_mask).view(jit.dtype)  # both signs via the top bit
     x[::2] = -x[::2]
     assert np.isnan(x).all()
-    assert np.isnan(jit("exp", x)).all()
+    assert np.isnan(jit(op, x)).all()
 
 
 def test_float_exp_is_short():
@@ -402,6 +429,19 @@ def test_float_exp_is_short():
     ops = [i.opname for i in fn.blocks[0].instructions if i.opname not in free]
     assert "fptosi" not in ops and "fptoui" not in ops
     assert len(ops) <= 18, ops
+
+
+def test_float_expneg_is_shorter():
+    """Without the upper clamp and the subnormal scaling, 13 operations (the clamp's
+    compare + select is one max)."""
+    mod = ir.Module(name="expneg_shape")
+    ty = ir.VectorType(F32, 8)
+    fn = ir.Function(mod, ir.FunctionType(ty, [ty]), "f")
+    b = ir.IRBuilder(fn.append_basic_block())
+    b.ret(emit_math(b, "expneg", fn.args[0]))
+    free = ("bitcast", "fcmp", "ret")
+    ops = [i.opname for i in fn.blocks[0].instructions if i.opname not in free]
+    assert len(ops) <= 13, ops
 
 
 def test_float_log_of_subnormals(jits):

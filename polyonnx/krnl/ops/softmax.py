@@ -9,10 +9,11 @@ at ``axis`` (default 1) and normalise over every trailing dim::
     s = 1 / sum y                        s = log(s)
     y = y * s                            y = (x - m) - s
 
-The max need not propagate NaN (``max_nnan``, one vmaxps a step): a NaN in a row makes
-its sum NaN, so every output of that row is NaN whatever the max. Softmax stores each exp
-once and multiplies by the reciprocal of the sum; LogSoftmax never stores ``x - m``: it
-recomputes it in the last statement.
+The exps are ``expneg`` (emit/mathfn.py): their arguments are never above 0, so the
+cheaper form applies. The max need not propagate NaN (``max_nnan``, one vmaxps a step):
+a NaN in a row makes its sum NaN, so every output of that row is NaN whatever the max.
+Softmax stores each exp once and multiplies by the reciprocal of the sum; LogSoftmax
+never stores ``x - m``: it recomputes it in the last statement.
 
 The reductions are plain ones along the axis: where it is the innermost, contiguous one,
 the code generator's vector loop keeps four vector accumulators (``INTERLEAVE`` in
@@ -80,11 +81,11 @@ def lower_softmax(ctx: LowerContext, node: Node) -> None:
 
     reduce(m, x.name, "max_nnan", lambda e, _: e)
     if node.op_type == "LogSoftmax":
-        reduce(s, x.name, "add", lambda e, row: kb.unary("exp", kb.binary("sub", e, row(m))))
+        reduce(s, x.name, "add", lambda e, row: kb.unary("expneg", kb.binary("sub", e, row(m))))
         stmts.append(red.finish(s, name(), dt, lambda e: kb.unary("log", e)))
         full(lambda stmt: kb.binary("sub", shifted(stmt), at(s, stmt)), out)
     else:
-        full(lambda stmt: kb.unary("exp", shifted(stmt)), out)
+        full(lambda stmt: kb.unary("expneg", shifted(stmt)), out)
         reduce(s, out, "add", lambda e, _: e)
         stmts.append(red.finish(s, name(), dt, lambda e: kb.unary("reciprocal", e)))
         full(lambda stmt: kb.binary("mul", red.read(out, stmt, dt), at(s, stmt)), out)
