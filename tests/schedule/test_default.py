@@ -183,6 +183,43 @@ def test_one_row_of_dot_products_keeps_the_reduction_in_simd():
     )
 
 
+@fast(20)
+@given(
+    m=st.sampled_from((1, 2, 3, 4, 7, 17)), k=st.sampled_from((1, 5, 64, 300)),
+    n=st.sampled_from((1, 10, 37, 64)), trans_a=st.booleans(), bias=st.booleans(), seed=seeds,
+)  # fmt: skip
+def test_a_gemm_with_constant_weights_for_transb_matches_numpy(m, k, n, trans_a, bias, seed):
+    """From 3 rows the lowering transposes constant [N, K] weights once (krnl/ops/matmul.py
+    TRANSPOSED_ROWS); fewer rows read them as they are, as dot products."""
+    rng = np.random.default_rng(seed)
+    w, b = random_array(rng, (n, k)), random_array(rng, (n,))
+    inputs = ["a", "w", "b"] if bias else ["a", "w"]
+    node = helper.make_node("Gemm", inputs, ["y"], name="fc", transA=int(trans_a), transB=1)
+    consts = {"w": w, "b": b} if bias else {"w": w}
+    a_shape = (k, m) if trans_a else (m, k)
+    model = make_model(
+        [node], [value_info("a", F32, a_shape)], [value_info("y", F32, (m, n))], consts
+    )
+    a = random_array(rng, a_shape)
+    got = polyonnx.InferenceSession(model, tuning_db=False).run(None, {"a": a})[0]
+    a64 = a.astype(np.float64).T if trans_a else a.astype(np.float64)
+    want = a64 @ w.T.astype(np.float64) + (b if bias else 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * k)
+
+
+def test_rows_of_dot_products_keep_the_reduction_in_simd():
+    """Two rows of a Gemm with transB and weights that are an input (not transposed at
+    load): no row blocks, whose vectors would take lanes K floats apart (11 ms against
+    0.4 for 2 x 2048 x 1000)."""
+    node = helper.make_node("Gemm", ["a", "w"], ["y"], name="fc", transB=1)
+    model = make_model(
+        [node],
+        [value_info("a", F32, (2, 300)), value_info("w", F32, (37, 300))],
+        [value_info("y", F32, (2, 37))],
+    )
+    assert "k_o" not in _nest(model)
+
+
 def test_a_classifier_conv_over_a_1x1_image_sums_its_channels_in_simd():
     # the output pixel's dims (extent 1) score best for SIMD but cannot fill a vector: the
     # channel reduction, contiguous in the weights and the input, takes the SIMD lanes
