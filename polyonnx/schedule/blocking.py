@@ -141,7 +141,8 @@ def _plan(stmt: Statement, buffers: Mapping[str, Buffer], lanes: int):
         if p != j and s not in (0, None) and sizes[p] >= 2
         and flat_stride(vec.access, buffers[vec.access.buffer].shape, p) == 0
     ]  # fmt: skip
-    if steps[operands.index(vec)] != 1 and (not blocks or steps[operands.index(vec)] > MAX_STEP):
+    step = steps[operands.index(vec)]
+    if step != 1 and (not blocks or step > MAX_STEP):
         return None  # rows of dot products (a Gemm with transB): the plain default
     i = blocks[-1] if blocks else None  # none: one row, a matrix-vector product
     outer = [n for p, n in enumerate(names) if p not in (i, j) and n not in reduced]
