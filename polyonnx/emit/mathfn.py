@@ -440,6 +440,17 @@ def _exp_reduce(e: _Emitter, x, lo: float):
     return k, p
 
 
+def _magic_reduce(e: _Emitter, xc, magic: float):
+    """x = k ln2 + r for ``_exp`` and ``_expneg``: k = x log2e rounded once by adding
+    ``magic`` (one FMA; the sum's low bits hold k plus magic's offset), read back exactly
+    by subtracting it, and r by the two-part ln2 in two FMAs. Returns (the sum, k, r)."""
+    fmt = e.fmt
+    j = e.fma(xc, e.f(_LOG2E), e.f(magic))
+    k = e.sub(j, e.f(magic))
+    r = e.fma(k, e.f(-fmt.ln2_hi), xc)
+    return j, k, e.fma(k, e.f(-fmt.ln2_lo), r)
+
+
 def _exp(e: _Emitter, x):
     """e^x = 2^k e^r, x = k ln2 + r, |r| <= ln2/2 (float: 18 instructions on AVX-512).
 
@@ -461,11 +472,7 @@ def _exp(e: _Emitter, x):
     fmt = e.fmt
     xc = e.sel(e.cmp(">", x, e.f(fmt.exp_hi)), e.f(fmt.exp_hi), x)
     xc = e.sel(e.cmp("<", xc, e.f(fmt.exp_lo)), e.f(fmt.exp_lo), xc)
-    magic = 1.5 * 2.0**fmt.mant + (fmt.bias - 1)
-    j = e.fma(xc, e.f(_LOG2E), e.f(magic))
-    k = e.sub(j, e.f(magic))
-    r = e.fma(k, e.f(-fmt.ln2_hi), xc)
-    r = e.fma(k, e.f(-fmt.ln2_lo), r)
+    j, k, r = _magic_reduce(e, xc, 1.5 * 2.0**fmt.mant + (fmt.bias - 1))
     q = e.horner(r, tuple(2.0 * c for c in fmt.exp_poly))
     p = e.fma(q, r, e.f(2.0))
     if e.has_scalef():  # p 2^(k-1) rounded once, in one instruction: the same result
@@ -494,11 +501,7 @@ def _expneg(e: _Emitter, x):
     fmt = e.fmt
     lo = -fmt.bias * math.log(2.0)
     xc = e.sel(e.cmp("<", x, e.f(lo)), e.f(lo), x)
-    magic = 1.5 * 2.0**fmt.mant + fmt.bias
-    j = e.fma(xc, e.f(_LOG2E), e.f(magic))
-    k = e.sub(j, e.f(magic))
-    r = e.fma(k, e.f(-fmt.ln2_hi), xc)
-    r = e.fma(k, e.f(-fmt.ln2_lo), r)
+    j, _, r = _magic_reduce(e, xc, 1.5 * 2.0**fmt.mant + fmt.bias)
     p = e.fma(e.horner(r, fmt.exp_poly), r, e.f(1.0))
     return e.mul(p, e.as_float(e.b.shl(e.as_int(j), e.i(fmt.mant))))  # p 2^k
 

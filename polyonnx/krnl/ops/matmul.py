@@ -99,9 +99,11 @@ def _b_operand(ctx: LowerContext, node: Node, a: Buffer) -> tuple[Buffer, bool]:
     64 x 1024 x 1024 3.67 -> 1.31, 256 x 512 x 512 1.48 -> 1.03."""
     name, trans_b = node.inputs[1], bool(node.attr("transB", 0))
     weights = ctx.constant(name) if trans_b and len(a.shape) == 2 else None
-    if weights is None or weights.ndim != 2:
-        return ctx.buffer(name), trans_b
-    if (a.shape[1] if node.attr("transA", 0) else a.shape[0]) < TRANSPOSED_ROWS:
+    if (
+        weights is None
+        or weights.ndim != 2
+        or (a.shape[1] if node.attr("transA", 0) else a.shape[0]) < TRANSPOSED_ROWS
+    ):
         return ctx.buffer(name), trans_b
     return ctx.table(f"{name}_transposed", np.ascontiguousarray(weights.T)), False
 
