@@ -179,7 +179,12 @@ class CompiledModel:
             for i, n in enumerate(self.layout.slots)
             if n in prog.outputs and n not in prog.constants and n not in prog.inputs
         ]
-        self._kept: dict[str, list[np.ndarray]] = {name: [] for _, name, _, _ in self._outputs}
+        self._kept: dict[str, list[tuple[np.ndarray, int]]] = {
+            name: [] for _, name, _, _ in self._outputs
+        }
+        computed = {name for _, name, _, _ in self._outputs}
+        self._passed = [name for name in prog.outputs if name not in computed]
+        """Outputs that are inputs or constants: copied, not computed."""
         self._counters = None
         if self.profiling:
             words = ctypes.c_int64 * (2 * len(self.schedules))
@@ -226,38 +231,38 @@ class CompiledModel:
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Inputs must already be validated: C-contiguous arrays of the right dtype/shape."""
-        prog = self.program
         results: dict[str, np.ndarray] = {}
+        slots = self._slots
         with self._lock:  # slots were listed once, in __post_init__
             for i, name in self._inputs:
-                self._slots[i] = address(inputs[name])
+                slots[i] = address(inputs[name])
             for i, name, shape, dtype in self._outputs:
-                results[name] = self._output_array(name, shape, dtype)
-                self._slots[i] = address(results[name])
-            self._entry(self._slots)
-        for name in prog.outputs:
-            if name not in results:
-                source = inputs.get(name)
-                results[name] = np.array(source if source is not None else prog.constants[name])
+                results[name], slots[i] = self._output_array(name, shape, dtype)
+            self._entry(slots)
+        for name in self._passed:
+            source = inputs.get(name)
+            results[name] = np.array(source if source is not None else self.program.constants[name])
         return results
 
-    def _output_array(self, name: str, shape, dtype) -> np.ndarray:
-        """An array for output ``name``: a kept one that only the model references, or a
-        new one, kept in place of the oldest (see ``KEPT_OUTPUTS``)."""
+    def _output_array(self, name: str, shape, dtype) -> tuple[np.ndarray, int]:
+        """An array for output ``name`` and its address: a kept one that only the model
+        references, or a new one, kept in place of the oldest (see ``KEPT_OUTPUTS``)."""
         kept = self._kept[name]
-        for array in kept:
-            # references: the list, ``array`` and getrefcount's argument; any other (the
-            # caller's result, a view's base, a memoryview) means the array is in use
+        for pair in kept:
+            array, at = pair
+            # references: the kept pair, ``array`` and getrefcount's argument; any other
+            # (the caller's result, a view's base, a memoryview) means the array is in use
             if sys.getrefcount(array) == 3:
                 break
         else:
             array = np.empty(shape, dtype=dtype)
-            kept.append(array)
+            at = address(array)
+            kept.append((array, at))
             if len(kept) > KEPT_OUTPUTS:
                 del kept[0]
         if self._poison:
             array.reshape(-1).view(np.uint8).fill(0xFF)  # reshape: a 0-d array too
-        return array
+        return array, at
 
 
 def address(array: np.ndarray) -> int:

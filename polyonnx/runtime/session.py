@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import onnx
@@ -128,7 +129,7 @@ class InferenceSession:
         run_options: object = None,
     ) -> list[np.ndarray]:
         feed = self.validate(input_feed)
-        known = [v.name for v in self.graph.outputs]
+        known = self._output_names
         names = list(output_names) if output_names else known
         if output_names:
             unknown = [n for n in names if n not in known]
@@ -206,9 +207,27 @@ class InferenceSession:
             }
         return self._inputs
 
+    @cached_property
+    def _output_names(self) -> list[str]:
+        return [v.name for v in self.graph.outputs]
+
     def validate(self, input_feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Check every input against the model; return C-contiguous arrays."""
         expected = self._expected()
+        if len(input_feed) == len(expected):  # the usual case, checked in a few ns an input
+            feed = {}
+            for name, (_, dtype, static) in expected.items():
+                given = input_feed.get(name)
+                if not (
+                    type(given) is np.ndarray
+                    and given.dtype == dtype
+                    and given.shape == static
+                    and given.flags.c_contiguous
+                ):
+                    break
+                feed[name] = given
+            else:
+                return feed
         unknown = [n for n in input_feed if n not in expected]
         if unknown:
             raise InputError(

@@ -293,3 +293,27 @@ def test_unnamed_dims_are_described_as_none():
     session = polyonnx.InferenceSession(model)
     assert session.get_inputs()[0].shape == [None, 3, "B"]
     assert session.get_outputs()[0].shape == [None, 3, "B"]
+
+
+def test_a_static_model_validates_each_run_as_a_symbolic_one_does():
+    """Static shapes take a quick check; whatever fails it gets the full check's error."""
+    model = make_model(
+        [helper.make_node("Add", ["a", "b"], ["y"])],
+        [value_info("a", np.float32, [2, 3]), value_info("b", np.float32, [3])],
+        [value_info("y", np.float32, [2, 3])],
+    )
+    session = polyonnx.InferenceSession(model)
+    rng = np.random.default_rng(0)
+    a, b = random_array(rng, (2, 3)), random_array(rng, (3,))
+    assert_matches(session.run(None, {"a": a, "b": b})[0], a + b)
+    strided = random_array(rng, (3, 4))[:, ::2].T  # (2, 3), not C-contiguous
+    assert_matches(session.run(None, {"a": strided, "b": b})[0], strided + b)
+    wrong = {
+        r"unknown input.*'c'": {"a": a, "c": b},
+        r"'b'.*expected dtype float32, given float64": {"a": a, "b": b.astype(np.float64)},
+        r"'a'.*expected shape \[2, 3\], given \[3, 2\]": {"a": a.T.copy(), "b": b},
+        r"'a'.*expected rank 2": {"a": a[None], "b": b},
+    }
+    for message, feed in wrong.items():
+        with pytest.raises(InputError, match=message):
+            session.run(None, feed)
