@@ -39,12 +39,14 @@ from polyonnx.emit.llvmtypes import I64, PTR, constant, splat
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import Access, Binary, Cast, Const, Load, Select, Statement, Unary
 from polyonnx.schedule.gemm import (
+    PREFETCH_CHANNELS,
     Affine,
     Geometry,
     Params,
     b_row_stride,
     b_taps,
     epilogue_loads,
+    tap_lines,
     tap_span,
 )
 
@@ -756,6 +758,8 @@ class _Gemm:
 
         def body(cur, channel):
             row = b.gep(b_at, [b.mul(channel, ir.Constant(I64, taps.step))], source_etype=F32)
+            if self.p.prefetch:
+                self._prefetch_taps(b_at, channel, channels)
             first = b.mul(channel, ir.Constant(I64, taps.count))
             for t in taps.live:
                 offset = taps.offsets[t]
@@ -765,6 +769,16 @@ class _Gemm:
             return cur
 
         return self._acc_loop(acc, ir.Constant(I64, 0), channels, 1, "kch", body)
+
+    def _prefetch_taps(self, b_at, channel, channels) -> None:
+        """Prefetch into L1 the lines of B this tile reads PREFETCH_CHANNELS channels on
+        (the block's last channel where that is past it)."""
+        b, last = self.b, self.b.sub(channels, ir.Constant(I64, 1))
+        later = _min_value(b, b.add(channel, ir.Constant(I64, PREFETCH_CHANNELS)), last)
+        row = b.gep(b_at, [b.mul(later, ir.Constant(I64, self.taps.step))], source_etype=F32)
+        for first, end in tap_lines(self.taps, self.p.nr):
+            for offset in [*range(first, end, LINE_FLOATS), end]:
+                b.call(self.prefetch, [self._at(row, offset), _i32(0), _i32(3), _i32(1)])
 
     def _tap_vector(self, row, offset: int, tap: int, v: int) -> ir.Value:
         """Vector ``v`` of tap ``tap``'s B row: a masked load, or with ``tap_select`` (the

@@ -4,6 +4,8 @@ the window inside the image. Checked against numpy on hypothesis shapes and para
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -14,7 +16,14 @@ import polyonnx
 from polyonnx.errors import ScheduleError
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.schedule.default import default_schedule
-from polyonnx.schedule.gemm import b_taps, default_params, geometry, tap_span
+from polyonnx.schedule.gemm import (
+    b_taps,
+    default_params,
+    geometry,
+    tap_block_bytes,
+    tap_lines,
+    tap_span,
+)
 from tests.helpers import (
     fast,
     make_model,
@@ -87,10 +96,11 @@ def _conv_model(x_shape, w, bias, pads, dilation, group, residual: bool):
     nc=st.sampled_from((16, 40, 512)),
     split=st.sampled_from(("none", "rows", "cols")),
     packa=st.sampled_from((0, 1)),
+    prefetch=st.sampled_from((0, 1)),
     seed=seeds,
 )
 def test_a_conv_read_in_place_matches_numpy(
-    c, m, h, wd, window, group, residual, mr, nr, channels, mc, nc, split, packa, seed
+    c, m, h, wd, window, group, residual, mr, nr, channels, mc, nc, split, packa, prefetch, seed
 ):
     kh, kw, dilation = window
     m *= group  # m output channels a group
@@ -108,7 +118,7 @@ def test_a_conv_read_in_place_matches_numpy(
     prog = polyonnx.load(model)
     kc = channels * kh * kw  # whole windows
     prog.schedule("conv").ukernel(
-        mr=mr, nr=nr, kc=kc, mc=mc, nc=nc, split=split, packa=packa, packb=0
+        mr=mr, nr=nr, kc=kc, mc=mc, nc=nc, split=split, packa=packa, packb=0, prefetch=prefetch
     )
     got = polyonnx.InferenceSession(prog, threads=2).run(None, feed)[0]
     np.testing.assert_allclose(got, np.maximum(ref, 0), **sum_tol(16 * c * kh * kw))
@@ -241,3 +251,41 @@ def test_the_tap_span_is_the_input_plane(h, wd, window):
     low, high = tap_span(geo, taps)
     # the first element of the plane, then the last, from B's base (the padding's shift)
     assert (geo.b.const + low, geo.b.const + high) == (0, h * wd - 1)
+
+
+@given(
+    hw=st.sampled_from((5, 7, 14, 17, 56)),
+    window=st.sampled_from(WINDOWS),
+    nr=st.sampled_from((8, 16, 32)),
+)
+def test_the_lines_a_tile_prefetches_cover_what_its_taps_read(hw, window, nr):
+    """``tap_lines``: disjoint ranges that hold every element an NR-wide tile reads
+    through its live taps, and no more than a line past a window row's."""
+    kh, kw, dilation = window
+    w, bias = np.ones((8, 4, kh, kw), F32), np.zeros(8, F32)
+    pads = _same_pads(kh, kw, dilation)
+    program = lower_model(_conv_model((1, 4, hw, hw), w, bias, pads, dilation, 1, False))
+    stmt = next(s for k in program.kernels for s in k.statements if s.reduce)
+    taps = b_taps(geometry(stmt, program.buffers))
+    ranges = tap_lines(taps, nr)
+    read = {taps.offsets[t] + lane for t in taps.live for lane in range(nr)}
+    assert all(any(lo <= x <= hi for lo, hi in ranges) for x in read)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges))
+    assert sum(hi - lo + 1 for lo, hi in ranges) <= len(read) + nr * len(ranges)
+    assert tap_block_bytes(taps, nr) >= 4 * len(read)
+
+
+@pytest.mark.parametrize(
+    ("c", "hw", "lanes", "prefetch"),
+    [
+        (64, 56, 8, 0),  # 64 channels a K block: 38 KB of A and B a tile
+        (128, 28, 8, 1),  # 128 channels: 77 KB
+        (512, 14, 8, 1),  # 52 KB: a 16-column tile reads 4 rows of 14
+        (512, 14, 16, 0),  # AVX-512: not measured there
+    ],
+)
+def test_avx2_prefetches_a_conv_read_in_place_whose_b_outgrows_l1(c, hw, lanes, prefetch):
+    program = lower_model(square_conv_model(c, c, hw, 3))
+    stmt = next(s for s in program.kernels[0].statements if s.reduce)
+    params = default_params(geometry(stmt, program.buffers), lanes, 16 if lanes == 8 else 32)
+    assert (params.packb, params.prefetch) == (0, prefetch)
