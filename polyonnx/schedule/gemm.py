@@ -275,6 +275,8 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
             kc = _even(geo.k, AVX2_TAPS_KC, taps.count)
             per_channel = tap_block_bytes(taps, nr) + 4 * mr * taps.count  # B's lines, A's
             prefetch = int(kc // taps.count * per_channel > TAPS_PREFETCH_BYTES)
+            if prefetch:
+                kc = _even(geo.k, AVX2_PREFETCHED_TAPS_KC, taps.count)
         if packa:
             nc = _even(geo.n, AVX2_PACKED_A_NC, nr)
     return Params(
@@ -719,6 +721,7 @@ def tap_block_bytes(taps: Taps, nr: int) -> int:
 
 TAPS_PREFETCH_BYTES = 48 << 10
 PREFETCH_CHANNELS = 2
+AVX2_PREFETCHED_TAPS_KC = 4608
 """On AVX2, a Conv read in place whose tile reads more than TAPS_PREFETCH_BYTES of A and B
 in a K block (half as much again as the 32 KB L1 of a Zen 3) prefetches B's lines
 PREFETCH_CHANNELS channels ahead: B does not stay in L1 from one row tile to the next, and
@@ -728,7 +731,16 @@ prefetchers do not follow. Measured 1 thread against onnxruntime, one process, n
 1.20 -> 1.14 -> 1.15, at 14x14 (52 KB) 1.14 -> 1.07 -> 1.06, 128->128 at 28x28 (77 KB)
 1.03 -> 0.99 -> 0.97, 256->256 at 56x56 (77 KB) 1.07 -> 1.08 -> 1.05; but 64->64 at
 56x56 (38 KB) 1.07 -> 1.14 -> 1.15. With every channel reading the same plane (for the
-measurement only: B then stays in L1) 512->512 at 28x28 took 0.86 of the time."""
+measurement only: B then stays in L1) 512->512 at 28x28 took 0.86 of the time.
+
+A Conv that prefetches B takes K blocks of up to AVX2_PREFETCHED_TAPS_KC taps (every
+channel of a 3x3 window up to 512), not AVX2_TAPS_KC: with B's lines on their way, fewer
+blocks (C loaded and stored, the masks worked out, once a block) won over keeping A's
+block in L2. Measured 1 thread against onnxruntime, two runs, 1152 -> 2304 taps: 3x3
+256->256 at 56x56 1.11-1.14 -> 1.07, 256->256 at 14x14 0.99-1.01 -> 0.97; 512->512 at
+28x28 1.16-1.25 -> 1.12-1.21, 2304 -> 4608 1.14-1.15 -> 1.11-1.13; at 14x14 1.20-1.21 ->
+1.10-1.14 (2304), 1.17-1.19 -> 1.14 (2304 -> 4608). In the models, one process, 1152 ->
+4608: VGG-19 1.143 -> 1.106, ResNet-50 1.101 -> 1.102, Inception v2 1.098 -> 1.093."""
 
 
 def _check(params: Params, lanes: int, geo: Geometry) -> None:

@@ -475,9 +475,18 @@ def test_avx2_packs_a_large_a_only_for_enough_columns(n, packa):
     assert params.packa == packa
 
 
-@pytest.mark.parametrize(("c", "hw", "kc"), [(256, 56, 1152), (512, 28, 1152), (128, 28, 1152)])
-def test_avx2_blocks_a_conv_read_in_place_so_its_weights_block_fits_l2(c, hw, kc):
-    # 2304 taps of 256 channels are 663 KB a 72-row block: two blocks of 1152
+@pytest.mark.parametrize(
+    ("c", "hw", "kc"),
+    [
+        (512, 7, 1152),  # 4608 taps are 1.3 MB a 72-row block: 4 blocks of 1152
+        (128, 28, 1152),
+        (256, 56, 2304),  # B prefetched (TAPS_PREFETCH_BYTES): the whole window, one block
+        (512, 28, 4608),
+    ],
+)
+def test_avx2_k_blocks_of_a_conv_read_in_place(c, hw, kc):
+    """A 72-row block of weights within the L2 (AVX2_TAPS_KC), or whole windows of every
+    channel up to 4608 taps where B is prefetched (AVX2_PREFETCHED_TAPS_KC)."""
     program = lower_model(square_conv_model(c, c, hw, 3))
     stmt = next(s for s in program.kernels[0].statements if s.reduce)
     params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
