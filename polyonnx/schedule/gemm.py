@@ -730,7 +730,9 @@ prefetchers do not follow. Measured 1 thread against onnxruntime, one process, n
 -> 2 channels ahead, 3x3 Convs, (A + B) a tile and K block: 512->512 at 28x28 (77 KB)
 1.20 -> 1.14 -> 1.15, at 14x14 (52 KB) 1.14 -> 1.07 -> 1.06, 128->128 at 28x28 (77 KB)
 1.03 -> 0.99 -> 0.97, 256->256 at 56x56 (77 KB) 1.07 -> 1.08 -> 1.05; but 64->64 at
-56x56 (38 KB) 1.07 -> 1.14 -> 1.15. With every channel reading the same plane (for the
+56x56 (38 KB) 1.07 -> 1.14 -> 1.15 (in a later run 1.03-1.05 without, 0.97 with: the
+threshold is within this VM's noise; always prefetching measured the same in the models,
+ResNet-50 1.097 -> 1.092, VGG-19 1.122 -> 1.128). With every channel reading the same plane (for the
 measurement only: B then stays in L1) 512->512 at 28x28 took 0.86 of the time.
 
 A Conv that prefetches B takes K blocks of up to AVX2_PREFETCHED_TAPS_KC taps (every
