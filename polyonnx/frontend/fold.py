@@ -23,6 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from polyonnx.aligned import aligned
 from polyonnx.errors import ModelError
 
 MAX_FOLD_ELEMENTS = 1 << 24
@@ -168,8 +169,8 @@ def _fold_sweep(
             kept.append(node)
             continue
         for name, array in outputs.items():
-            array.flags.writeable = False
-            constants[name] = array
+            constants[name] = aligned(array)  # polyonnx/aligned.py
+            constants[name].flags.writeable = False
     return kept
 
 

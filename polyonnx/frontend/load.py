@@ -18,6 +18,7 @@ import onnx
 import onnx.version_converter
 from onnx import external_data_helper, helper, numpy_helper
 
+from polyonnx.aligned import aligned
 from polyonnx.errors import InputError, ModelError, UnsupportedOpError
 from polyonnx.frontend.dedupe import merge_duplicates
 from polyonnx.frontend.fold import DEFAULT_DOMAINS, Folded, densify, fold_constants, opset_map
@@ -159,6 +160,8 @@ def _tensor_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
+    """``array`` read-only, at a cache line (polyonnx/aligned.py)."""
+    array = aligned(array)
     array.flags.writeable = False
     return array
 
@@ -268,7 +271,7 @@ def _build_graph(proto: onnx.ModelProto, input_names: Sequence[str], folded: Fol
     nodes = tuple(_convert_node(node, opsets) for node in folded.nodes)
     output_names = [info.name for info in proto.graph.output]
     live = _live_names(input_names, output_names, folded.nodes)
-    constants = {name: folded.constants[name] for name in live if name in folded.constants}
+    constants = {name: aligned(folded.constants[name]) for name in live if name in folded.constants}
     values = _values(live, constants, folded.types, _symbols())
     return Graph(
         name=proto.graph.name,

@@ -7,6 +7,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from polyonnx.aligned import aligned
 from polyonnx.errors import LoweringError, UnsupportedOpError, ValueRequiredError
 from polyonnx.frontend.graph import Graph, Node
 from polyonnx.frontend.load import op_key
@@ -58,12 +59,7 @@ class LowerContext:
         if name in self.buffers:
             return self.buffers[name]
         if name in self.graph.constants:
-            array = np.asarray(self.graph.constants[name])
-            if not array.flags.c_contiguous:  # (ascontiguousarray would make 0-d arrays 1-d)
-                array = array.copy(order="C")
-            self.constants[name] = array
-            self.buffers[name] = Buffer(name, tuple(array.shape), array.dtype.name)
-            return self.buffers[name]
+            return self._store(name, self.graph.constants[name])
         raise LoweringError(f"tensor {name!r} is used before it is produced")
 
     def constant(self, name: str) -> np.ndarray | None:
@@ -92,9 +88,12 @@ class LowerContext:
         later lowerings read through ``constant()``."""
         if name in self.buffers:
             raise LoweringError(f"constant {name!r} would shadow an existing tensor")
-        array = np.asarray(array)
-        if not array.flags.c_contiguous:  # (ascontiguousarray would make 0-d arrays 1-d)
-            array = array.copy(order="C")
+        return self._store(name, array)
+
+    def _store(self, name: str, array: np.ndarray) -> Buffer:
+        """Keep a constant as native code reads it (polyonnx/aligned.py): the graph's own
+        are already so, the ones computed when lowering are copied."""
+        array = aligned(array)
         self.constants[name] = array
         self.buffers[name] = Buffer(name, tuple(array.shape), array.dtype.name)
         return self.buffers[name]

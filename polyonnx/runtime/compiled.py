@@ -22,6 +22,7 @@ from functools import lru_cache
 import islpy as isl
 import numpy as np
 
+from polyonnx.aligned import ALIGN, aligned_empty
 from polyonnx.emit.jit import JitModule
 from polyonnx.emit.module import ENTRY, PROFILE_GLOBAL, emit_module, register_profile_symbols
 from polyonnx.emit.target import Target, host_target
@@ -161,11 +162,11 @@ class CompiledModel:
 
     def __post_init__(self) -> None:
         self._entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self.jit.address(ENTRY))
-        self._arena = np.empty(max(self.layout.arena_bytes, 64) + 64, dtype=np.uint8)
+        self._arena = aligned_empty((max(self.layout.arena_bytes, ALIGN),), np.uint8)
         self._poison = bool(os.environ.get(POISON))
         if self._poison:  # every byte 0xff: NaN in floats, -1 in ints
             self._arena.fill(0xFF)
-        arena_ptr = (self._arena.ctypes.data + 63) // 64 * 64
+        arena_ptr = self._arena.ctypes.data
         self._slots = (ctypes.c_void_p * len(self.layout.slots))()
         for i, name in enumerate(self.layout.slots):
             if name == ARENA:
@@ -251,11 +252,13 @@ class CompiledModel:
         for pair in kept:
             array, at = pair
             # references: the kept pair, ``array`` and getrefcount's argument; any other
-            # (the caller's result, a view's base, a memoryview) means the array is in use
-            if sys.getrefcount(array) == 3:
+            # (the caller's result, a memoryview) means the array is in use. Its memory is
+            # a view of a bigger byte array (aligned_empty), which views of the result
+            # reference in its place: that one's only reference must be array.base
+            if sys.getrefcount(array) == 3 and sys.getrefcount(array.base) == 2:
                 break
         else:
-            array = np.empty(shape, dtype=dtype)
+            array = aligned_empty(shape, dtype)
             at = address(array)
             kept.append((array, at))
             if len(kept) > KEPT_OUTPUTS:

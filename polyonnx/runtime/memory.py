@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from polyonnx.aligned import ALIGN
 from polyonnx.krnl.ir import Program
 
-ALIGN = 64
 ARENA = "<arena>"
 
 
