@@ -107,10 +107,11 @@ def _readers(program: Program) -> dict[str, set[str]]:
 
 def _protected(program: Program) -> set[str]:
     """Buffers whose storage must stay: graph inputs, outputs (and what they view),
-    constants, views and the buffers views share."""
+    constants, views and the buffers views share, Concat parts and their outputs."""
     names = set(program.inputs) | set(program.outputs) | set(program.constants)
     names |= {program.root(o) for o in program.outputs}
     names |= set(program.views) | {program.root(v) for v in program.views}
+    names |= {n for n in program.buffers if program.shares_storage(n)}
     return names
 
 

@@ -60,7 +60,7 @@ def _absorb(host: Kernel, guest: Kernel, program: Program, kernels: list[Kernel]
     tb, ub = program.buffers[t], program.buffers.get(u)
     if ub is None or tb.shape != ub.shape or tb.dtype != ub.dtype or stmt.reduce is not None:
         return None
-    if t in program.outputs or t in program.views or t in program.views.values():
+    if t in program.outputs or program.shares_storage(t):
         return None
     if u in program.views or u in program.views.values() or u in program.inputs:
         return None

@@ -63,8 +63,12 @@ class Buffer:
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+    @property
     def nbytes(self) -> int:
-        return self.size * np.dtype(self.dtype).itemsize
+        return self.size * self.itemsize
 
 
 @dataclass(frozen=True)
@@ -286,12 +290,29 @@ class Kernel:
         return frozenset(s.write.buffer for s in self.statements)
 
 
+def storage(
+    views: Mapping[str, str], slices: Mapping[str, tuple[str, int]], name: str
+) -> tuple[str, int]:
+    """(the buffer that owns ``name``'s storage, the element ``name`` starts at in it)."""
+    start = 0
+    while True:
+        if name in views:
+            name = views[name]
+        elif name in slices:
+            name, at = slices[name]
+            start += at
+        else:
+            return name, start
+
+
 @dataclass(frozen=True)
 class Program:
     """A lowered model: kernels in execution order plus where every buffer lives.
 
     ``views`` maps a buffer to the buffer whose storage it shares (Reshape, Flatten,
-    Squeeze, Unsqueeze, Identity): same bytes, another shape, no copy.
+    Squeeze, Unsqueeze, Identity): same bytes, another shape, no copy. ``slices`` maps a
+    buffer to the buffer it is stored inside and the element it starts at (a Concat's
+    part, written in place: krnl/ops/movement.py).
     """
 
     kernels: tuple[Kernel, ...]
@@ -300,12 +321,20 @@ class Program:
     outputs: tuple[str, ...]
     constants: Mapping[str, np.ndarray] = field(default_factory=lambda: MappingProxyType({}))
     views: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    slices: Mapping[str, tuple[str, int]] = field(default_factory=lambda: MappingProxyType({}))
 
     def root(self, name: str) -> str:
-        """The buffer that owns ``name``'s storage (following views)."""
-        while name in self.views:
-            name = self.views[name]
-        return name
+        """The buffer that owns ``name``'s storage (following views and slices)."""
+        return storage(self.views, self.slices, name)[0]
+
+    def offset(self, name: str) -> int:
+        """Where ``name``'s storage starts in its root's, in bytes."""
+        return storage(self.views, self.slices, name)[1] * self.buffers[name].itemsize
+
+    def shares_storage(self, name: str) -> bool:
+        """Whether ``name`` is a view or a slice, or has one."""
+        held = set(self.views.values()) | {c for c, _ in self.slices.values()}
+        return name in self.views or name in self.slices or name in held
 
     def kernel(self, name: str) -> Kernel:
         for kernel in self.kernels:

@@ -12,7 +12,7 @@ from polyonnx.errors import LoweringError, UnsupportedOpError, ValueRequiredErro
 from polyonnx.frontend.graph import Graph, Node
 from polyonnx.frontend.load import op_key
 from polyonnx.krnl import build as kb
-from polyonnx.krnl.ir import DTYPES, Buffer, Expr, Kernel, Program, Statement
+from polyonnx.krnl.ir import DTYPES, Buffer, Expr, Kernel, Program, Statement, storage
 
 Lowering = Callable[["LowerContext", Node], None]
 LOWERINGS: dict[str, Lowering] = {}
@@ -42,6 +42,7 @@ class LowerContext:
         self.buffers: dict[str, Buffer] = {}
         self.constants: dict[str, np.ndarray] = {}
         self.views: dict[str, str] = {}
+        self.slices: dict[str, tuple[str, int]] = {}
         self.kernels: list[Kernel] = []
         self._kernel_names: set[str] = set()
         self._temp_count = 0
@@ -145,6 +146,10 @@ class LowerContext:
         self.buffers[name] = buf
         self.views[name] = base
 
+    def store_inside(self, name: str, container: str, start: int) -> None:
+        """``name``'s storage is ``container``'s from element ``start`` on (no copy)."""
+        self.slices[name] = (container, start)
+
     def kernel(self, node: Node, statements: Sequence[Statement]) -> None:
         name = node.name or node.op_type
         while name in self._kernel_names:
@@ -155,25 +160,26 @@ class LowerContext:
         self.kernels.append(kernel)
 
     def _check_views(self, node: Node, kernel: Kernel) -> None:
-        """A kernel must not touch a storage it writes under two names (a buffer and a
-        view of it): dependences are computed per name, so the schedule could reorder the
-        write and the other name's reads (docs/architecture.md)."""
-
-        def root(name: str) -> str:
-            while name in self.views:
-                name = self.views[name]
-            return name
-
-        names: dict[str, set[str]] = {}
+        """A kernel must not touch bytes it writes under two names (a buffer and a view
+        of it): dependences are computed per name, so the schedule could reorder the
+        write and the other name's reads (docs/architecture.md). Names for disjoint
+        parts of one storage (a Concat's parts) are fine."""
+        spans: dict[str, list[tuple[int, int, str]]] = {}
         for buffer in kernel.buffers():
-            names.setdefault(root(buffer), set()).add(buffer)
-        written = {root(s.write.buffer) for s in kernel.statements}
-        clash = sorted(r for r in written if len(names[r]) > 1)
-        if clash:
-            raise LoweringError(
-                f"{node.op_type} node {node.name!r}: its kernel writes {clash[0]!r} and also "
-                f"reaches it as {sorted(names[clash[0]])}; dependences would miss the aliasing"
+            root, start = storage(self.views, self.slices, buffer)
+            spans.setdefault(root, []).append((start, start + self.buffers[buffer].size, buffer))
+        for stmt in kernel.statements:
+            root, start = storage(self.views, self.slices, stmt.write.buffer)
+            end = start + self.buffers[stmt.write.buffer].size
+            clash = sorted(
+                b for lo, hi, b in spans[root] if b != stmt.write.buffer and lo < end and start < hi
             )
+            if clash:
+                raise LoweringError(
+                    f"{node.op_type} node {node.name!r}: its kernel writes "
+                    f"{stmt.write.buffer!r} and also reaches its storage as {clash}; "
+                    "dependences would miss the aliasing"
+                )
 
     # -- result ------------------------------------------------------------------------
 
@@ -185,6 +191,7 @@ class LowerContext:
             outputs=tuple(v.name for v in self.graph.outputs),
             constants=MappingProxyType(dict(self.constants)),
             views=MappingProxyType(dict(self.views)),
+            slices=MappingProxyType(dict(self.slices)),
         )
 
 
@@ -227,7 +234,7 @@ def _place_outputs(ctx: LowerContext) -> None:
         if name in external:
             continue
         root = _root(ctx.views, name)
-        if root not in external and root not in claimed:
+        if root not in external and root not in ctx.slices and root not in claimed:
             claimed.add(root)
             continue
         source = f"{name}.src"

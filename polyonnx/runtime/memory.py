@@ -46,7 +46,7 @@ def plan_memory(program: Program) -> Layout:
     for name in program.buffers:
         root = program.root(name)
         if root in owner:
-            places[name] = Placement(owner[root], 0)
+            places[name] = Placement(owner[root], program.offset(name))
         else:
             arena_roots[root] = program.buffers[root].nbytes
     offsets, lower_bound = _pack(program, arena_roots)
@@ -54,7 +54,7 @@ def plan_memory(program: Program) -> Layout:
     for name in program.buffers:
         root = program.root(name)
         if root not in owner:
-            places[name] = Placement(len(external), offsets[root])
+            places[name] = Placement(len(external), offsets[root] + program.offset(name))
     return Layout(slots, places, arena_bytes, lower_bound)
 
 

@@ -378,6 +378,6 @@ def test_a_kernel_may_not_write_storage_it_also_reaches_through_a_view():
     )
     read = kb.load(kb.access("t.flat", "S1", dims, ["3*i + j"]), "float32")
     copy = Statement("S1", kb.box("S1", dims, (2, 3)), kb.access(temp, "S1", dims, dims), read)
-    with pytest.raises(LoweringError, match=r"Relu node .*reaches it as"):
+    with pytest.raises(LoweringError, match=r"Relu node .*reaches its storage as"):
         ctx.kernel(node, [write, copy])
     ctx.kernel(node, [write])  # one name: fine

@@ -4,7 +4,10 @@ Nothing is computed; every op is a copy whose read or write index is an affine m
 
 - Concat writes input ``k`` into its slab of the output (one statement per input, the
   write index offset along the axis by the sizes before it); Split is the mirror image,
-  one statement per output in one kernel.
+  one statement per output in one kernel. Where a slab is a contiguous block (every dim
+  before the axis of extent 1: a batch-1 channel Concat) and the input is a tensor only
+  this Concat stores, that input is instead stored inside the output (Program.slices):
+  its producer writes the slab directly and nothing is copied.
 - Slice reads at ``start + step * i`` (steps may be negative); Transpose is a permuted read;
   Expand a broadcast read.
 - Tile and the depth/space shuffles would need ``i mod n`` or ``floor(i / n)`` in the read
@@ -90,8 +93,12 @@ def lower_concat(ctx: LowerContext, node: Node) -> None:
     dims = kb.dims("d", rank)
     statements: list[Statement] = []
     offset = 0
+    inner = int(np.prod(shape[axis + 1 :], dtype=np.int64))
+    in_place = all(n == 1 for n in shape[:axis])  # each part a contiguous block of out
     for part in parts:
-        if part.size:
+        if in_place and _written_in_place(ctx, node, part.name):
+            ctx.store_inside(part.name, out.name, offset * inner)
+        elif part.size:
             name = f"S{len(statements)}"
             write = list(dims)
             write[axis] = f"{dims[axis]} + {offset}"
@@ -101,6 +108,30 @@ def lower_concat(ctx: LowerContext, node: Node) -> None:
             )
         offset += part.shape[axis]
     emit(ctx, node, statements)
+
+
+def _written_in_place(ctx: LowerContext, node: Node, name: str) -> bool:
+    """Whether a Concat's part can be computed straight into the output (the copy then
+    disappears): a tensor a kernel of the model writes, once in this Concat, and in no
+    other storage (not a graph input, output or constant, no view or part of another
+    Concat). Its storage then lives as long as the output's."""
+    graph = ctx.graph
+    if (
+        name in graph.constants
+        or name in ctx.constants
+        or any(v.name == name for v in (*graph.inputs, *graph.outputs))
+        or node.inputs.count(name) != 1
+    ):
+        return False
+    viewed = name in ctx.views or name in ctx.views.values() or name in ctx.slices
+    written = any(name in k.writes() for k in ctx.kernels) or any(
+        container == name for container, _ in ctx.slices.values()
+    )  # a Concat's output whose parts were all written in place
+    return written and not viewed and ctx.buffers[name].dtype in IN_PLACE_DTYPES
+
+
+IN_PLACE_DTYPES = ("float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool")
+"""Element types whose parts are placed by byte offsets (whole bytes per element)."""
 
 
 @lowers("Split")
