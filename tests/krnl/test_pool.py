@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 
+import islpy as isl
 import numpy as np
 import pytest
 from hypothesis import given
@@ -302,6 +303,17 @@ def test_uniform_windows_divide_by_a_literal():
     (kernel,) = lower(load_graph(model)).kernels
     assert len(kernel.statements) == 2
     assert set(kernel.buffers()) == {"x0", "y0"}
+
+
+def test_only_border_outputs_start_at_the_identity():
+    """The interior outputs are written whole by the unrolled window: the init and the
+    tap-by-tap update cover the border outputs only (each output written once)."""
+    x = np.zeros((1, 2, 40, 40), np.float32)
+    (kernel,) = _lower("MaxPool", x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]).kernels
+    init, update, interior = kernel.statements
+    points = [int(isl.Set(s.domain).count_val().to_python()) for s in (init, interior)]
+    assert points == [2 * (20 * 20 - 19 * 19), 2 * 19 * 19]  # outputs 20x20, 1..19 inside
+    assert update.reduce == "max"
 
 
 def test_max_pool_ignores_padding_even_when_all_negative():
