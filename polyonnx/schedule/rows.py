@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel
@@ -27,7 +27,7 @@ from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.legality import broken_order
 from polyonnx.schedule.nest import loop_name, loop_nest
 from polyonnx.schedule.state import Nest, State, Var
-from polyonnx.schedule.tree import KernelSchedule
+from polyonnx.schedule.tree import KernelSchedule, LoopNest
 
 MIN_ROWS = 2
 
@@ -37,11 +37,15 @@ def row_fused_schedule(
     buffers: Mapping[str, Buffer],
     reducing: bool = True,
     max_row: int | None = None,
+    orders: Mapping[str, Sequence[str]] | None = None,
 ) -> KernelSchedule | None:
     """All statements under one loop over their common first dim, or None when they do
     not share one, none of them reduces (unless ``reducing`` is False: a pool through a
     padded copy of each plane chains its passes through temps instead), a statement has
-    more than ``max_row`` points a row, or the fusion would break a dependence."""
+    more than ``max_row`` points a row, or the fusion would break a dependence. Inside
+    the row a statement runs its default nest, or the dims ``orders`` gives it with the
+    last in SIMD lanes (a pool's window around its output rows)."""
+    orders = orders or {}
     stmts = kernel.statements
     if len(stmts) < 2 or (reducing and not any(s.reduce for s in stmts)):
         return None
@@ -54,6 +58,8 @@ def row_fused_schedule(
     nests, vector = [], []
     for stmt in stmts:
         plan = loop_nest(stmt, buffers, keep=row)
+        if stmt.name in orders:
+            plan = LoopNest(tuple(orders[stmt.name]), vectorize=True)
         order = [e for e in plan.order if e not in lead]
         if row not in plan.order:
             return None  # coalesced with an inner dim

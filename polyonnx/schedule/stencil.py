@@ -65,6 +65,13 @@ def stencil_schedule(
     return state.to_kernel_schedule()
 
 
+def window_orders(kernel: Kernel, buffers: Mapping[str, Buffer]) -> dict[str, list[str]]:
+    """Per windowed reduction of the kernel, its dims in this schedule's order (outer,
+    window, then the SIMD row)."""
+    plans = {s.name: _plan(s, buffers) for s in kernel.statements}
+    return {name: [*p[2], *p[1], p[0]] for name, p in plans.items() if p is not None}
+
+
 Plan = tuple[str, list[str], list[str]]
 
 

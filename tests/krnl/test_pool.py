@@ -19,6 +19,7 @@ from polyonnx.krnl.lower import lower
 from polyonnx.runtime.compiled import compile_program
 from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.stencil import stencil_schedule
+from polyonnx.schedule.tree import VECTORIZE
 from tests.helpers import (
     MATH_TOL,
     assert_matches,
@@ -546,6 +547,30 @@ def test_small_padded_planes_run_a_channel_at_a_time(size, fused):
     want, _, values = _pool_reference("AveragePool", x, geo)
     (got,) = compile_program(program, [schedule]).run(feed).values()
     assert_matches(got, want, sum_tol(values.shape[-1]))
+
+
+def test_window_reductions_run_a_channel_at_a_time_around_simd_rows():
+    """A strided pool with an unrolled interior: its init, border and interior share one
+    loop over channels, the border's taps outside its SIMD output rows."""
+    x = random_array(np.random.default_rng(3), (1, 4, 40, 40), np.float32)
+    model, feed = node_model(
+        "MaxPool", [x], [(np.float32, 4)], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4
+    )
+    program = lower(load_graph(model))
+    (kernel,) = program.kernels
+    schedule = default_schedule(kernel, program.buffers)
+    state = schedule.state
+    assert set(state.attach) == {s.name for s in kernel.statements[1:]}
+    border = state.nest(kernel.statements[1].name).names()
+    assert border[-3:-1] == ["k0", "k1"] and state.marked(border[-1], VECTORIZE)
+    (got,) = compile_program(program, [schedule]).run(feed).values()
+    geo = (
+        [3, 3],
+        [2, 2],
+        [1, 1],
+        *geometry((40, 40), [3, 3], [2, 2], [1, 1], "NOTSET", [1] * 4, 0),
+    )
+    assert_matches(got, _pool_reference("MaxPool", x, geo)[0])
 
 
 def test_global_pools_reduce_a_flat_view_in_simd():
