@@ -111,7 +111,7 @@ def _protected(program: Program) -> set[str]:
     names = set(program.inputs) | set(program.outputs) | set(program.constants)
     names |= {program.root(o) for o in program.outputs}
     names |= set(program.views) | {program.root(v) for v in program.views}
-    names |= {n for n in program.buffers if program.shares_storage(n)}
+    names |= set(program.slices) | {c for c, _ in program.slices.values()}
     return names
 
 

@@ -57,9 +57,10 @@ def row_fused_schedule(
     *units, row = lead
     nests, vector = [], []
     for stmt in stmts:
-        plan = loop_nest(stmt, buffers, keep=row)
         if stmt.name in orders:
             plan = LoopNest(tuple(orders[stmt.name]), vectorize=True)
+        else:
+            plan = loop_nest(stmt, buffers, keep=row)
         order = [e for e in plan.order if e not in lead]
         if row not in plan.order:
             return None  # coalesced with an inner dim

@@ -48,17 +48,17 @@ def stencil_schedule(
 ) -> KernelSchedule | None:
     """The window-outside, row-in-SIMD schedule of a kernel with a windowed reduction, or
     None when the kernel has none (or the order would not be legal)."""
-    plans = [p for p in (_plan(s, buffers) for s in kernel.statements) if p is not None]
-    if not plans:
+    orders = window_orders(kernel, buffers)
+    if not orders:
         return None
     state = State.original(kernel)
-    for row, window, outer in plans:
-        state = reorder(state, [*outer, *window, row])
+    for order in orders.values():
+        state = reorder(state, order)
     deps = dependences(kernel)
     if broken_order(state, deps) is not None:
         return None
     try:
-        for row in dict.fromkeys(p[0] for p in plans):
+        for row in dict.fromkeys(order[-1] for order in orders.values()):
             state = annotate.vectorize(state, deps, row)
     except ScheduleError:  # some statement cannot take a row innermost: keep the default
         return None
