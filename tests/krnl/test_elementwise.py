@@ -233,6 +233,27 @@ def test_cast_extreme_values():
         check_node("Cast", [wide.astype(np.int64)], wide.astype(dst), to=to)
 
 
+def _near_half_ties(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Doubles a hair off the midpoint of two float16 values, where rounding through
+    float32 first would land on the tie and round to even instead."""
+    half = rng.integers(0, 0x7BFF, n).astype(np.uint16).view(np.float16).astype(np.float64)
+    ulp = np.spacing(half.astype(np.float16)).astype(np.float64)
+    nudge = np.ldexp(ulp, -20) * rng.choice([-1.0, 1.0], n)
+    return (half + ulp / 2 + nudge) * rng.choice([-1.0, 1.0], n)
+
+
+@fast(10)
+@given(seed=seeds, n=st.integers(1, 70))
+def test_cast_double_to_half_rounds_once(seed, n):
+    """float64 -> float16 runs through float32 (rounded to odd), so it rounds as numpy's
+    direct conversion does: near ties, subnormals, overflow, infinities and NaN."""
+    x = _near_half_ties(np.random.default_rng(seed), n)
+    special = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e300, -1e300, 65519.99, 65520.0, 3e-8, 5e-324]
+    x = np.concatenate([x, special])
+    with np.errstate(over="ignore"):
+        check_node("Cast", [x], x.astype(np.float16), tol={"rtol": 0, "atol": 0}, to=10)
+
+
 @pytest.mark.parametrize("src", [TensorProto.FLOAT16, TensorProto.FLOAT])
 @pytest.mark.parametrize(
     "dst", [TensorProto.UINT2, TensorProto.INT2, TensorProto.UINT4, TensorProto.INT4]

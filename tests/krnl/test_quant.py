@@ -199,6 +199,17 @@ def test_dequantize_linear(layout, dtype, zero, scale_dtype, seed):
     check_node("DequantizeLinear", args, expected, opset=21, **attrs)
 
 
+def test_dequantize_int32_rounds_once_into_float16():
+    """int32 is scaled in float64, and a float16 result is rounded once from there; through
+    float32 rounded to nearest, this value would round twice and land an ulp off."""
+    x, scale = np.array([791857], np.int32), np.float16(0.0413)
+    product = x.astype(np.float64) * np.float64(scale)
+    exact = product.astype(np.float16)
+    assert (exact != product.astype(np.float32).astype(np.float16)).all()
+    got = run_node("DequantizeLinear", [x, scale], [exact], opset=21)[0]
+    np.testing.assert_array_equal(got, exact)
+
+
 def test_dequantize_output_dtype():
     rng = np.random.default_rng(4)
     x = random_array(rng, (4, 6), np.uint8, 0, 255)
