@@ -211,6 +211,49 @@ def test_padding_is_a_domain_constraint_not_a_copy():
     assert set(kernel.buffers()) == {"x0", "x1", "y0"}
 
 
+@fast(25)
+@given(
+    rank=st.integers(1, 3),
+    group=st.sampled_from([1, 2]),
+    batch=st.sampled_from([1, 2]),
+    data=st.data(),
+    seed=seeds,
+)
+def test_strided_1x1_conv_reads_a_subsampled_copy(rank, group, batch, data, seed):
+    """A strided 1x1 Conv without padding copies the positions it reads, then runs as a
+    stride-1 1x1 Conv (the GEMM's B one run a channel): odd and prime sizes, strides
+    that do not divide them, per-axis strides with one of 1, groups and batches."""
+    strides = data.draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank))
+    if max(strides) == 1:
+        strides[0] = 2
+    big = {1: 41, 2: 19, 3: 7}[rank]
+    spatial = data.draw(st.lists(st.integers(1, big), min_size=rank, max_size=rank))
+    cg, mg = data.draw(st.sampled_from([1, 3, 17])), data.draw(st.sampled_from([1, 5, 23]))
+    rng = np.random.default_rng(seed)
+    x = random_array(rng, (batch, group * cg, *spatial), np.float32, -1, 1)
+    w = random_array(rng, (group * mg, cg, *[1] * rank), np.float32, -1, 1)
+    b = random_array(rng, (group * mg,), np.float32, -1, 1)
+    outs = [(size - 1) // st_ + 1 for size, st_ in zip(spatial, strides, strict=True)]
+    want = conv_ref(x, w, b, group, strides, [1] * rank, [0] * rank, outs).astype(np.float32)
+    check_node("Conv", [x, const(w), const(b)], want, tol=sum_tol(cg), group=group, strides=strides)
+
+
+def test_strided_1x1_conv_copies_only_what_it_reads():
+    """The copy is the output's size, read at the stride; the contraction reads it whole."""
+    x = np.zeros((1, 16, 13, 11), np.float32)
+    w = const(np.ones((8, 16, 1, 1), np.float32))
+    model, _ = node_model("Conv", [x, w], [(np.float32, 4)], strides=[2, 3])
+    program = lower(load_graph(model))
+    (kernel,) = program.kernels
+    copy, _, update = kernel.statements
+    (temp,) = [name for name in kernel.buffers() if ".subsampled" in name]
+    assert program.buffers[temp].shape == (1, 16, 7, 4)
+    assert copy.write.buffer == temp
+    assert "-> [pn, pc, 2*i0, 3*i1]" in copy.expr.access.index
+    assert update.expr.a.access.buffer == temp
+    assert "-> [n, c, o0 + k0, o1 + k1]" in update.expr.a.access.index
+
+
 # ---- ConvInteger ---------------------------------------------------------------------------
 
 
