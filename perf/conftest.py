@@ -132,3 +132,21 @@ def ort_session():
         return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
     return make
+
+
+@pytest.fixture
+def paired():
+    """``paired(benchmark, ours, baselines, threads)``: time polyonnx's call and its
+    baselines' (name -> call) turn about in rounds (polyonnx/bench/paired.py) and record
+    the per-round ratios' median and quartiles in ``extra_info["paired"]``.
+
+    onnxruntime keeps its defaults, spinning threads included, though a spinning
+    session in the process has been measured to slow polyonnx's 2-thread runs (light
+    ShuffleNet 5.5 -> 11.7 ms): the paired figure errs against polyonnx, not for it."""
+    from polyonnx.bench.paired import paired_ratios
+
+    def measure(benchmark, ours, baselines, threads: int) -> None:
+        found = paired_ratios(ours, baselines, threads)
+        benchmark.extra_info["paired"] = {name: p.as_dict() for name, p in found.items()}
+
+    return measure

@@ -6,8 +6,9 @@
     python perf/report.py --run -- -k matmul     # pytest arguments after --
 
 Columns: the polyonnx median and the baselines' (onnxruntime; numpy's OpenBLAS for
-MatMul), the ratios polyonnx / baseline (< 1: polyonnx is faster), and for contractions
-polyonnx's GFLOP/s and its percent of the FMA peak of the cores it used:
+MatMul), the ratios polyonnx / baseline (< 1: polyonnx is faster) of the medians and
+paired (per-round ratios of alternating rounds, polyonnx/bench/paired.py), and for
+contractions polyonnx's GFLOP/s and its percent of the FMA peak of the cores it used:
 
     peak = threads x FMA pipes x fp32 lanes per pipe x 2 flops x clock
 

@@ -190,12 +190,19 @@ def record(benchmark, case: Case, impl: str, threads: int, **extra) -> None:
 
 @pytest.mark.parametrize("threads", THREADS, ids=ids)
 @pytest.mark.parametrize("case", CASES, ids=ids)
-def test_polyonnx(benchmark, built, case, threads):
+def test_polyonnx(benchmark, built, ort_session, paired, case, threads):
     model, feed, want = built(case)
     session = polyonnx.InferenceSession(model, threads=threads)
     check(session.run(None, feed)[0], want)  # compiled and warm before the timed region
     record(benchmark, case, "polyonnx", threads)
     benchmark(session.run, None, feed)
+    baseline = ort_session(model, threads)
+    baselines = {"onnxruntime": lambda: baseline.run(None, feed)}
+    if case.matmul:
+        out = np.empty_like(want)
+        baselines["numpy"] = lambda: np.matmul(feed["a"], feed["b"], out=out)
+    with blas_threads(threads):
+        paired(benchmark, lambda: session.run(None, feed), baselines, threads)
 
 
 @pytest.mark.parametrize("threads", THREADS, ids=ids)

@@ -75,13 +75,16 @@ def ids(value):
 
 @pytest.mark.parametrize("threads", THREADS, ids=ids)
 @pytest.mark.parametrize("case", CASES, ids=ids, indirect=True)
-def test_polyonnx(benchmark, case, threads):
+def test_polyonnx(benchmark, ort_session, paired, case, threads):
     name, path, feed, want = case
     session = polyonnx.InferenceSession(str(path), threads=threads)
     (got,) = session.run(None, feed)  # compiled and warm before the timed region
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
     record(benchmark, name, "polyonnx", threads)
     benchmark(session.run, None, feed)
+    baseline = ort_session(path, threads)
+    ours = lambda: session.run(None, feed)  # noqa: E731
+    paired(benchmark, ours, {"onnxruntime": lambda: baseline.run(None, feed)}, threads)
 
 
 @pytest.mark.parametrize("threads", THREADS, ids=ids)

@@ -32,6 +32,9 @@ class Measurement:
     q3: float
     rounds: int
     data: tuple[float, ...] = ()
+    paired: dict[str, float] = field(default_factory=dict)
+    """Baseline -> the median of per-round ratios polyonnx / baseline from rounds that
+    alternated the two (polyonnx/bench/paired.py), where the run measured them."""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -51,6 +54,7 @@ class Row:
     threads: int
     flops: int | None = None
     medians: dict[str, float] = field(default_factory=dict)
+    paired: dict[str, float] = field(default_factory=dict)
 
 
 def describe(bench: dict) -> tuple[str, str, int, int | None]:
@@ -83,6 +87,10 @@ def measurement(bench: dict) -> Measurement:
         q3=float(stats.get("q3", stats["median"])),
         rounds=int(stats.get("rounds", len(stats.get("data", ())))),
         data=tuple(float(t) for t in stats.get("data", ())),
+        paired={
+            base: float(found["median"])
+            for base, found in ((bench.get("extra_info") or {}).get("paired") or {}).items()
+        },
     )
 
 
@@ -96,7 +104,7 @@ def rows(measured: list[Measurement]) -> list[Row]:
     for m in ours:
         medians = {"polyonnx": m.median}
         medians |= {b: baselines[m.base, b] for b in BASELINES if (m.base, b) in baselines}
-        result[m.key] = Row(m.case, m.threads, m.flops, medians)
+        result[m.key] = Row(m.case, m.threads, m.flops, medians, dict(m.paired))
     return sorted(result.values(), key=lambda row: (order[row.case], row.threads))
 
 

@@ -1,8 +1,10 @@
 """One terminal table of a run: polyonnx against its baselines, ratios, GFLOP/s, % peak.
 
 Columns: the polyonnx median and the baselines' (onnxruntime; numpy's OpenBLAS for
-MatMul), the ratios polyonnx / baseline (< 1: polyonnx is faster), and for contractions
-polyonnx's GFLOP/s and its percent of the FMA peak of the cores it used (peak.py).
+MatMul), the ratios polyonnx / baseline (< 1: polyonnx is faster): of the medians, and
+paired (the median of per-round ratios of rounds that alternated the two, paired.py; the
+steadier figure on a noisy machine), and for contractions polyonnx's GFLOP/s and its
+percent of the FMA peak of the cores it used (peak.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ HEADER = [
     "numpy",
     "ratio ort",
     "ratio numpy",
+    "paired ort",
+    "paired numpy",
     "GFLOP/s",
     "% peak",
 ]
@@ -26,6 +30,8 @@ def cells(row: Row, peak_per_core: float | None) -> list[str]:
     ours = row.medians["polyonnx"]
     ort, blas = row.medians.get("onnxruntime"), row.medians.get("numpy")
     ratio = [f"{ours / base:.2f}" if base else "-" for base in (ort, blas)]
+    pairs = [row.paired.get(base) for base in ("onnxruntime", "numpy")]
+    ratio += [f"{value:.2f}" if value else "-" for value in pairs]
     rate = row.flops / ours / 1e9 if row.flops else None
     percent = "-"
     if rate and peak_per_core:
