@@ -151,9 +151,15 @@ def _chunk_body(module, name, gemm, split, step, extent, geo) -> ir.Function:
     return fn
 
 
-DOT_COLUMNS = 8
+DOT_COLUMNS = 3
 """A tile's last columns past whole vectors, up to this many, are dot products along k
-(_Gemm.dot_columns) rather than one more vector of FMAs with most lanes idle."""
+(_Gemm.dot_columns) rather than one more vector of FMAs with most lanes idle (a 7x7
+Conv's 49th column). From 4 columns of 8 lanes the vector is the faster: 1 thread, one
+process, ratio to numpy, up to 8 -> up to 3 as dot products: MatMul 127x255x63 (7
+columns) 1.15 -> 1.01, 255^3 1.05 -> 1.00, 127x255x60 (4) 1.19 -> 1.11, 255x255x252
+1.12 -> 1.03; with 2 or 3 columns, dot products or a vector measured alike (127x255x58
+1.16 / 1.21, 127x255x59 1.11 / 1.10); Convs on 14x14 planes (196 = 24 vectors + 4),
+ratio to onnxruntime: 3x3 256->256 1.16 -> 1.13, 1x1 1024->256 0.98 -> 0.93."""
 
 
 # ---- the GEMM function ----------------------------------------------------------------

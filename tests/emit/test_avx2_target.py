@@ -58,6 +58,18 @@ def test_avx2_matmul_matches_numpy(avx2, shape):
     np.testing.assert_allclose(got, a @ b, **sum_tol(4 * k))
 
 
+@pytest.mark.parametrize("tail", range(1, 8))
+def test_avx2_columns_past_whole_vectors_match_numpy(avx2, tail):
+    """N = 2 x 16 + 8 + tail: the last tile's whole vector, then its tail columns as dot
+    products along k (up to DOT_COLUMNS) or as one more masked vector; K = 255 has a tail
+    of its own, and 3 rows past whole 6-row tiles."""
+    m, k, n = 27, 255, 40 + tail
+    rng = np.random.default_rng(tail)
+    a, b = random_array(rng, (m, k)), random_array(rng, (k, n))
+    got = _compile(_matmul(m, k, n), avx2).run({"a": a, "b": b})["y"]
+    np.testing.assert_allclose(got, a @ b, **sum_tol(4 * k))
+
+
 def test_avx2_strided_padded_conv_with_relu_matches_numpy(avx2):
     rng = np.random.default_rng(1)
     x = random_array(rng, (1, 8, 23, 23))
