@@ -84,7 +84,6 @@ path -> padded copy (onnxruntime): MaxPool 3x3 s2 256x28x28 117 -> 85 us (78); b
 192x56x56 206 -> 215 us (180) and 64x112x112 245 -> 287 us (321). Stride 1, 3x3 pad 1:
 AveragePool 256x28x28 291 -> 172 us (148), 192x56x56 771 -> 580 us (615), MaxPool
 256x28x28 350 -> 153 us (133)."""
-STRIDE1_PADDED = True
 MIN_SEPARATE = 3
 """The fewest taps along the innermost windowed axis for which a separable pool pays
 (2x2 windows run as fast in one pass)."""
@@ -327,7 +326,7 @@ def _window_reduce(
         return _flat_reduce(ctx, x, out, dtype, op, f)
     if pool.padded() is not None and (
         pool.interior() is None
-        or (all(a.stride == 1 for a in pool.axes) and STRIDE1_PADDED)
+        or all(a.stride == 1 for a in pool.axes)
         or pool.axes[-1].out <= SHORT_ROW
     ):
         return _padded_reduce(ctx, pool, out, x, dtype, op, f)
