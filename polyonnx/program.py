@@ -25,6 +25,7 @@ from polyonnx.frontend.load import load_graph
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.ir import Program as Lowered
 from polyonnx.krnl.lower import lower, supported_ops
+from polyonnx.runtime.compiled import optimize
 from polyonnx.schedule import fuse
 from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.schedule import Schedule
@@ -81,15 +82,16 @@ class Program:
 
     def compilable(self) -> tuple[Lowered, list[KernelSchedule]]:
         """The program to compile: fused kernels replaced by their group kernel (with the
-        buffers fusion made needless removed), scripted schedules where there are some,
-        default ones elsewhere."""
+        buffers fusion made needless removed) and scripted schedules where there are some;
+        elsewhere the default pipeline, as without a script: chains of elementwise kernels
+        fuse, so do epilogues into contractions (never into or out of a scripted kernel),
+        and each kernel gets its default schedule."""
         groups = {n: key for key in self._schedules for n in key.split("+")}
-        kernels, schedules, dropped, scratch = [], [], set(), {}
+        kernels, scripted, dropped, scratch = [], {}, set(), {}
         for kernel in self.lowered.kernels:
             key = groups.get(kernel.name)
             if key is None:
                 kernels.append(kernel)
-                schedules.append(default_schedule(kernel, self.lowered.buffers))
                 continue
             if key.split("+")[0] != kernel.name:
                 continue  # a later member of a group: the group stands at its first member
@@ -99,12 +101,16 @@ class Program:
                 state, gone = fuse.inline_fused(state, self._read_outside(key))
                 dropped |= gone
             kernels.append(state.kernel)
-            schedules.append(state.to_kernel_schedule())
+            scripted[state.kernel.name] = state.to_kernel_schedule()
         buffers = {n: b for n, b in self.lowered.buffers.items() if n not in dropped}
         buffers.update(scratch)
         lowered = dataclasses.replace(
             self.lowered, kernels=tuple(kernels), buffers=MappingProxyType(buffers)
         )
+        lowered = optimize(lowered, frozenset(scripted))
+        schedules = [
+            scripted.get(k.name) or default_schedule(k, lowered.buffers) for k in lowered.kernels
+        ]
         return lowered, schedules
 
     def _read_outside(self, key: str) -> set[str]:

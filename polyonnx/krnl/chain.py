@@ -61,19 +61,22 @@ EXPENSIVE_UNARY = frozenset(
 EXPENSIVE_BINARY = frozenset({"pow", "div", "mod", "fmod"})
 
 
-def fuse_elementwise(program: Program) -> Program:
+def fuse_elementwise(program: Program, keep: frozenset[str] = frozenset()) -> Program:
     """``program`` with every fusable elementwise producer inlined into its consumer (see
-    the module docstring for the preconditions). Pure: ``program`` is not changed."""
+    the module docstring for the preconditions); the kernels named in ``keep`` (scripted
+    ones) stay as they are. Pure: ``program`` is not changed."""
     readers = _readers(program)
     protected = _protected(program) | {n for n, ks in readers.items() if len(ks) > 1}
     done: list[Kernel] = []
     dropped: set[str] = set()
     for consumer in program.kernels:
-        changed = True
+        changed = consumer.name not in keep
         while changed:
             changed = False
             for pos in range(len(done) - 1, -1, -1):
                 producer = done[pos]
+                if producer.name in keep:
+                    continue
                 fused = _inline(program, producer, consumer, done[pos + 1 :], readers, protected)
                 if fused is None:
                     continue

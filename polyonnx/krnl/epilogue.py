@@ -22,9 +22,10 @@ from polyonnx.krnl.ir import Kernel, Program, Statement, gathers, loads, map_loa
 from polyonnx.krnl.islutil import is_whole_identity
 
 
-def fuse_epilogues(program: Program, is_contraction) -> Program:
+def fuse_epilogues(program: Program, is_contraction, keep: frozenset[str] = frozenset()) -> Program:
     """``program`` with element-wise consumers absorbed into the kernels for which
-    ``is_contraction(kernel)`` holds."""
+    ``is_contraction(kernel)`` holds; the kernels named in ``keep`` (scripted ones)
+    neither absorb nor are absorbed."""
     kernels = list(program.kernels)
     out: list[Kernel] = []
     dropped: set[str] = set()
@@ -32,8 +33,8 @@ def fuse_epilogues(program: Program, is_contraction) -> Program:
     while index < len(kernels):
         host = kernels[index]
         index += 1
-        if is_contraction(host):
-            while index < len(kernels):
+        if host.name not in keep and is_contraction(host):
+            while index < len(kernels) and kernels[index].name not in keep:
                 merged = _absorb(host, kernels[index], program, kernels)
                 if merged is None:
                     break

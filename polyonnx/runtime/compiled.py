@@ -57,12 +57,13 @@ def lower_model(model, input_shapes: Mapping[str, Sequence[int]] | None = None) 
     return optimize(lower(graph))
 
 
-def optimize(program: Program) -> Program:
+def optimize(program: Program, keep: frozenset[str] = frozenset()) -> Program:
     """Program-level rewrites of the default pipeline: chains of elementwise kernels
     become one (krnl/chain.py), then elementwise kernels after a contraction become its
-    epilogue (krnl/epilogue.py)."""
-    program = fuse_elementwise(program)
-    return fuse_epilogues(program, lambda kernel: _has_contraction(kernel, program))
+    epilogue (krnl/epilogue.py). The kernels named in ``keep`` (scripted ones) take part
+    in neither."""
+    program = fuse_elementwise(program, keep)
+    return fuse_epilogues(program, lambda kernel: _has_contraction(kernel, program), keep)
 
 
 def _has_contraction(kernel: Kernel, program: Program) -> bool:

@@ -273,6 +273,60 @@ def test_fusing_add_and_relu_into_the_matmul_leaves_no_intermediate_buffer():
     np.testing.assert_array_equal(again, got)
 
 
+def _two_layers():
+    """x -> MatMul mm1 -> Add bias1 -> Relu relu1 -> MatMul mm2 -> Add bias2 -> Relu relu2."""
+    rng = np.random.default_rng(5)
+    w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((23, 37), (37, 29)))
+    b1, b2 = (rng.standard_normal(n).astype(np.float32) for n in (37, 29))
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["t1"], name="mm1"),
+        helper.make_node("Add", ["t1", "b1"], ["u1"], name="bias1"),
+        helper.make_node("Relu", ["u1"], ["h"], name="relu1"),
+        helper.make_node("MatMul", ["h", "w2"], ["t2"], name="mm2"),
+        helper.make_node("Add", ["t2", "b2"], ["u2"], name="bias2"),
+        helper.make_node("Relu", ["u2"], ["y"], name="relu2"),
+    ]
+    inits = [
+        numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (w2, "w2"), (b1, "b1"), (b2, "b2"))
+    ]
+    model = _model(nodes, [_f("x", [19, 23])], [_f("y", [19, 29])], inits)
+    x = rng.standard_normal((19, 23)).astype(np.float32)
+    return model, x, np.maximum(np.maximum(x @ w1 + b1, 0) @ w2 + b2, 0)
+
+
+def _kernels(prog):
+    return [(k.name, len(k.statements)) for k in prog.compilable()[0].kernels]
+
+
+def test_a_program_without_a_script_compiles_as_the_model_does():
+    model, x, want = _two_layers()
+    prog = po.load(model)
+    lowered, schedules = prog.compilable()
+    default = po.InferenceSession(model).compiled_for({"x": x})
+    assert [k.name for k in lowered.kernels] == [k.name for k in default.program.kernels]
+    assert _kernels(prog) == [("mm1", 3), ("mm2", 3)]  # Add and Relu: one epilogue
+    assert [s.tree for s in schedules] == [s.tree for s in default.schedules]
+    (got,) = po.InferenceSession(prog).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_kernels_nobody_scripted_keep_their_fusion():
+    model, x, want = _two_layers()
+    prog = po.load(model)
+    prog.schedule("mm1").ukernel(mr=4, nr=16)
+    # mm1 runs its script alone; its Add and Relu still fuse as a chain, mm2 keeps both
+    assert _kernels(prog) == [("mm1", 2), ("relu1", 1), ("mm2", 3)]
+    (got,) = po.InferenceSession(prog).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    prog = po.load(model)
+    s = prog.schedule("relu2")
+    s.vectorize(s.loops[-1])
+    # a scripted consumer is not absorbed: mm2 takes its Add, and stops at the Relu
+    assert _kernels(prog) == [("mm1", 3), ("mm2", 3), ("relu2", 1)]
+    (got,) = po.InferenceSession(prog).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_fusing_softmax_division_into_its_own_sum_loop_is_refused():
     model = _model([helper.make_node("Softmax", ["x"], ["y"], name="sm")],
                    [_f("x", [4, 9])], [_f("y", [4, 9])])  # fmt: skip
