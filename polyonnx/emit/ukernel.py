@@ -731,28 +731,25 @@ class _Gemm:
         steps = ranks(unroll)
         a_first, step = a_rows[0]
         if self.p.prefetch and step == 1 and unroll > 1:
-            panel = ir.Constant(I64, self.p.mr)
-            ahead = b.select(self.first_tile, panel, ir.Constant(I64, 0))
+            # the next panel's rows on a panel's first column tile, else the rows just read
+            panel = ir.Constant(I64, self.p.mr * self.geo.lda)
+            base = self._at(a_first, b.select(self.first_tile, panel, ir.Constant(I64, 0)))
 
-            def steps(cur, k):  # the same unrolled step, after its share of prefetches
-                self._prefetch_a(a_first, b.udiv(k, ir.Constant(I64, unroll)), ahead)
+            def steps(cur, k):  # the same unrolled step, after its prefetches
+                self._prefetch_a(base, k)
                 return ranks(unroll)(cur, k)
 
         acc = self._acc_loop(acc, ir.Constant(I64, 0), full, unroll, "ku", steps)
         return self._acc_loop(acc, full, kcl, 1, "kt", ranks(1))
 
-    def _prefetch_a(self, a_first, step, ahead) -> None:
-        """Prefetch into L2, spread over the K loop, the lines of A that the next row panel
-        (``ahead`` rows on: MR on a panel's first column tile, else 0, the lines just read)
-        reads in this K block: ``step`` counts unrolled K steps, and each takes the next
-        MR * unroll / 16 lines, row by row within a column of lines."""
-        b, p = self.b, self.p
-        lines = -(-p.mr * p.unroll // LINE_FLOATS)
-        for j in range(lines):
-            line = b.add(b.mul(step, ir.Constant(I64, lines)), ir.Constant(I64, j))
-            row = b.add(b.urem(line, ir.Constant(I64, p.mr)), ahead)
-            column = b.mul(b.udiv(line, ir.Constant(I64, p.mr)), ir.Constant(I64, LINE_FLOATS))
-            at = self._at(a_first, b.add(b.mul(row, ir.Constant(I64, self.geo.lda)), column))
+    def _prefetch_a(self, base, k) -> None:
+        """Prefetch into L2 each of MR rows from ``base`` at column ``k``: spread over the
+        K loop, the lines of A that a row panel reads in this K block (a line is asked for
+        LINE_FLOATS / unroll times). The addresses are ``base`` + k plus constants, so the
+        prefetches cost no arithmetic in the loop."""
+        b = self.b
+        for row in range(self.p.mr):
+            at = self._at(base, b.add(k, ir.Constant(I64, row * self.geo.lda)))
             b.call(self.prefetch, [at, *(ir.Constant(I32, x) for x in (0, 2, 1))])
 
     def _tap_loop(self, acc, a_rows, b_at, kcl):

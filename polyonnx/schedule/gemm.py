@@ -262,13 +262,14 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     prefetch = int(taps is None and 4 * geo.m * geo.k >= PREFETCH_A_BYTES)
     mc, packa, unroll = 64, 0, 4
     if registers < 32:  # AVX2: see AVX2_MC
-        mc, prefetch, unroll = AVX2_MC, 0, AVX2_UNROLL if packb else 4
+        mc, unroll = AVX2_MC, AVX2_UNROLL if packb else 4
         packa = int(
             taps is None
             and packb
             and 4 * geo.m * geo.k >= AVX2_PACK_A_BYTES
             and geo.n >= AVX2_PACK_A_COLUMNS
         )
+        prefetch = int(taps is None and not packa and 4 * geo.m * geo.k >= AVX2_PREFETCH_A_BYTES)
         if packb and mr == 6 and geo.k < AVX2_SHALLOW_K:
             mr = 4  # see AVX2_SHALLOW_K
         if taps is not None:
@@ -303,10 +304,11 @@ AVX2_ROW_WASTE = 1.1
 per-round time ratios (polyonnx / numpy), the AVX-512 defaults -> these:
 
 - MC = 72 rows, twelve whole 6-row tiles (64 left a 4-row tile computed as 6 in every
-  block), and no prefetch of A: its address arithmetic, hidden behind an 8 x 32 tile's 64
-  FMAs a step on Zen 4, costs a 6 x 16 tile a fifth of its time. MatMul 512^3 1.04 ->
-  0.97 (prefetch alone: 1.04 -> 0.97), 256 x 1024 x 196 (a ResNet 1x1 Conv's shape) 1.28
-  -> 1.00, 512 x 2048 x 49 1.06 -> 0.83, 1024^3 1.17 -> 1.08.
+  block), and no prefetch of A as it was then (the line index divided by MR in the K loop;
+  see AVX2_PREFETCH_A_BYTES for the prefetch now): that address arithmetic costs a 6 x 16
+  tile a fifth of its time. MatMul 512^3 1.04 -> 0.97 (prefetch alone: 1.04 -> 0.97),
+  256 x 1024 x 196 (a ResNet 1x1 Conv's shape) 1.28 -> 1.00, 512 x 2048 x 49 1.06 ->
+  0.83, 1024^3 1.17 -> 1.08.
 - A of AVX2_PACK_A_BYTES or more packed into MR-interleaved panels, with column blocks of
   up to AVX2_PACKED_A_NC (fewer passes of packing A): 1024^3 1.08 -> 0.99-1.00, 2048^3
   1.10 -> 1.04, 1000^3 1.05 -> 0.98; but 512^3 (A 1 MB) 0.91 -> 0.94, and K blocks of 256
@@ -321,6 +323,18 @@ per-round time ratios (polyonnx / numpy), the AVX-512 defaults -> these:
   against onnxruntime, 6 -> 4 rows: 32 rows (36 computed) 3x3 Conv 128->32 at 56x56 (a
   DenseNet layer) 1.09 -> 1.04, 1x1 256->32 at 27x27 1.06 -> 0.95; 16 rows (18) 1x1
   64->16 at 55x55 0.80 -> 0.69; but 28 rows (30) 3x3 128->28 at 28x28 0.93 -> 0.95."""
+
+
+AVX2_PREFETCH_A_BYTES = 1 << 17
+"""From this size (a quarter of a Zen 3's 512 KB L2) an A read in place is prefetched on
+AVX2 (``prefetch``; the prefetches take one address each, the base plus the K index and a
+constant). Measured in light ResNet-50, 1 thread, one process, each kernel's median over
+30 alternating rounds, none -> from 1 MB: 1x1 Conv 512 -> 2048 at 7x7 (A 4 MB, x3) 1.78-1.87
+-> 1.60-1.65 ms, 1024 -> 256 at 14x14 (1 MB) 1.93 -> 1.77, the model's kernels 142.0 ->
+140.2 ms; 1 MB -> 128 KB: 256 -> 512 stride 2 (512 KB) 3.08 -> 2.88, 512 -> 128 at 28x28
+(256 KB) 1.45 -> 1.31, kernels 112.0 -> 110.3 ms; all sizes: 64 -> 256 at 56x56 (64 KB,
+x4) 1.40-1.67 -> 1.56-1.82, hence the threshold. MatMuls whose A stays in cache from one
+call to the next measured alike with and without (256^3 to 768^3, 1024 x 256 x 196)."""
 
 
 AVX2_PACK_A_COLUMNS = 128

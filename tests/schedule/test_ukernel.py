@@ -359,9 +359,10 @@ def test_the_default_reads_b_in_place_where_packing_measured_slower(model, in_pl
 @pytest.mark.parametrize(
     ("shape", "prefetch"),
     [
-        ((1024, 256, 196), True),  # A 1 MB: a 1x1 Conv's weights, from memory in a model
-        ((256, 64, 3136), False),  # A 64 KB stays in cache
-        ((127, 255, 63), False),
+        ((1024, 256, 196), (True, True)),  # A 1 MB: a 1x1 Conv's weights, from memory
+        ((128, 512, 784), (False, True)),  # A 256 KB: AVX2 prefetches from 128 KB
+        ((256, 64, 3136), (False, False)),  # A 64 KB stays in cache
+        ((127, 255, 63), (False, False)),
     ],
 )
 def test_the_default_prefetches_a_large_a_a_row_panel_ahead(shape, prefetch):
@@ -369,7 +370,7 @@ def test_the_default_prefetches_a_large_a_a_row_panel_ahead(shape, prefetch):
     model = _matmul_model((m, k), (k, n), (m, n))
     program = lower_model(model)
     schedule = default_schedule(program.kernels[0], program.buffers)
-    prefetch = prefetch and host_target().lanes() >= 16  # AVX2 never does (gemm.AVX2_MC)
+    prefetch = prefetch[host_target().lanes() < 16]  # AVX-512, AVX2
     assert ("prefetch1" in schedule.tree) == prefetch
     layout = plan_memory(program)
     places = {name: (p.slot, p.offset) for name, p in layout.places.items()}
@@ -435,14 +436,16 @@ def test_the_default_reads_a_big_b_for_few_rows_a_few_whole_rows_at_a_time(shape
         ((1000, 1000, 1000), True),
         ((512, 512, 512), False),  # A 1 MB: packing it measured slower
         ((1024, 256, 196), False),
+        ((128, 64, 196), False),
     ],
 )
-def test_the_avx2_default_packs_a_large_a_and_never_prefetches(shape, packa):
+def test_the_avx2_default_packs_a_large_a_or_prefetches_it(shape, packa):
     m, k, n = shape
     program = lower_model(_matmul_model((m, k), (k, n), (m, n)))
     stmt = next(s for s in program.kernels[0].statements if s.reduce)
     params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
-    assert (params.mr, params.nr, params.mc, params.prefetch) == (6, 16, 72, 0)
+    assert (params.mr, params.nr, params.mc) == (6, 16, 72)
+    assert params.prefetch == (not packa and 4 * m * k >= 128 << 10)  # packed A is in L2
     assert params.unroll == (8 if params.packb else 4)
     assert params.packa == packa
     assert params.nc == (min(-(-n // 16) * 16, 1024) if packa else min(-(-n // 16) * 16, 512))
