@@ -272,12 +272,8 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
         prefetch = int(taps is None and not packa and 4 * geo.m * geo.k >= AVX2_PREFETCH_A_BYTES)
         if packb and mr == 6 and geo.k < AVX2_SHALLOW_K:
             mr = 4  # see AVX2_SHALLOW_K
-        if taps is not None:
-            kc = _even(geo.k, AVX2_TAPS_KC, taps.count)
-            per_channel = tap_block_bytes(taps, nr) + 4 * mr * taps.count  # B's lines, A's
-            prefetch = int(kc // taps.count * per_channel > TAPS_PREFETCH_BYTES)
-            if prefetch:
-                kc = _even(geo.k, AVX2_PREFETCHED_TAPS_KC, taps.count)
+        if taps is not None:  # B's lines prefetched: see AVX2_PREFETCHED_TAPS_KC
+            prefetch, kc = 1, _even(geo.k, AVX2_PREFETCHED_TAPS_KC, taps.count)
         if packa:
             nc = _even(geo.n, AVX2_PACKED_A_NC, nr)
     return Params(
@@ -343,14 +339,6 @@ all of A for few FMAs per element. Measured like AVX2_SHALLOW_K, packed -> in pl
 MatMul 2048 x 1024 x 49 (ResNet-50's 1x1 stride-2 Conv 1024 -> 2048) 0.99 -> 0.78,
 1024 x 1024 x 64 0.94 -> 0.86, x 128 0.87 either way, x 196 0.94 -> 1.00 (packed stays);
 3x3 stride-2 Conv 512 -> 512 at 14x14 1.45 -> 1.12 times onnxruntime's time."""
-
-AVX2_TAPS_KC = 1152
-"""K blocks of a Conv read in place on AVX2, at most: 128 channels of a 3x3 window, so that
-a 72-row block of A (weights) stays within the Zen 3's 512 KB L2 (331 KB); all 2304 taps
-of 256 channels make 663 KB, which every column tile then streamed from L3. Measured 1
-thread, one process, to onnxruntime's time, 2304 -> 1152: 3x3 Conv 256 -> 256 at 56x56
-1.15 -> 1.10 (864: 1.07, 576: 1.09); 512 -> 512 at 28x28 1.19 -> 1.17; 128 -> 128 at
-28x28, 1152 deep, stays whole (576: 1.04 -> 1.08)."""
 
 AVX2_SHALLOW_K = 256
 """Below this depth, a GEMM whose B is packed takes 4-row tiles on AVX2, not 6-row ones.
@@ -728,35 +716,30 @@ def tap_lines(taps: Taps, nr: int) -> list[tuple[int, int]]:
     return [(first, last + nr - 1) for first, last in spans]
 
 
-def tap_block_bytes(taps: Taps, nr: int) -> int:
-    """The bytes of B one channel of a tile reads, in whole 64-byte lines."""
-    return sum(-(-4 * (last - first + 1) // 64) * 64 for first, last in tap_lines(taps, nr))
-
-
-TAPS_PREFETCH_BYTES = 48 << 10
 PREFETCH_CHANNELS = 2
 AVX2_PREFETCHED_TAPS_KC = 4608
-"""On AVX2, a Conv read in place whose tile reads more than TAPS_PREFETCH_BYTES of A and B
-in a K block (half as much again as the 32 KB L1 of a Zen 3) prefetches B's lines
-PREFETCH_CHANNELS channels ahead: B does not stay in L1 from one row tile to the next, and
-L2 serves it at a plane's stride from one channel to the next, which the hardware
-prefetchers do not follow. Measured 1 thread against onnxruntime, one process, none -> 1
--> 2 channels ahead, 3x3 Convs, (A + B) a tile and K block: 512->512 at 28x28 (77 KB)
-1.20 -> 1.14 -> 1.15, at 14x14 (52 KB) 1.14 -> 1.07 -> 1.06, 128->128 at 28x28 (77 KB)
-1.03 -> 0.99 -> 0.97, 256->256 at 56x56 (77 KB) 1.07 -> 1.08 -> 1.05; but 64->64 at
-56x56 (38 KB) 1.07 -> 1.14 -> 1.15 (in a later run 1.03-1.05 without, 0.97 with: the
-threshold is within this VM's noise; always prefetching measured the same in the models,
-ResNet-50 1.097 -> 1.092, VGG-19 1.122 -> 1.128). With every channel reading the same plane (for the
-measurement only: B then stays in L1) 512->512 at 28x28 took 0.86 of the time.
+"""On AVX2, a Conv read in place prefetches the lines of B its tile reads PREFETCH_CHANNELS
+channels ahead (``prefetch``): L2 serves B at a plane's stride from one channel to the
+next, which the hardware prefetchers do not follow, and B does not stay in L1 from one
+row tile to the next. Measured 1 thread against onnxruntime, one process, none -> 1 -> 2
+channels ahead, 3x3 Convs: 512->512 at 28x28 1.20 -> 1.14 -> 1.15, at 14x14 1.14 -> 1.07
+-> 1.06, 128->128 at 28x28 1.03 -> 0.99 -> 0.97, 256->256 at 56x56 1.07 -> 1.08 -> 1.05.
+It was first taken only where a tile reads more than 48 KB of A and B a K block (64->64
+at 56x56, 38 KB, measured 1.07 -> 1.14 in one run, 1.03-1.05 -> 0.97 in another); with
+every Conv prefetching, per-kernel medians over alternating rounds in light VGG-19: 64->64
+at 224x224 73.8 -> 62.9 ms, 64->128 at 112x112 32.9 -> 28.3, 3->64 7.0 -> 6.2; in
+ResNet-50: 64->64 at 56x56 3.72 -> 3.54, 512->512 at 7x7 4.03 -> 3.77 (one K block, not
+4); models to onnxruntime: ResNet-50 1.144 -> 1.136, Inception v1 0.781 -> 0.747,
+Inception v2 1.171 -> 1.149, SqueezeNet 1.146 -> 1.109, DenseNet-121 0.943 -> 0.952.
 
-A Conv that prefetches B takes K blocks of up to AVX2_PREFETCHED_TAPS_KC taps (every
-channel of a 3x3 window up to 512), not AVX2_TAPS_KC: with B's lines on their way, fewer
-blocks (C loaded and stored, the masks worked out, once a block) won over keeping A's
-block in L2. Measured 1 thread against onnxruntime, two runs, 1152 -> 2304 taps: 3x3
-256->256 at 56x56 1.11-1.14 -> 1.07, 256->256 at 14x14 0.99-1.01 -> 0.97; 512->512 at
-28x28 1.16-1.25 -> 1.12-1.21, 2304 -> 4608 1.14-1.15 -> 1.11-1.13; at 14x14 1.20-1.21 ->
-1.10-1.14 (2304), 1.17-1.19 -> 1.14 (2304 -> 4608). In the models, one process, 1152 ->
-4608: VGG-19 1.143 -> 1.106, ResNet-50 1.101 -> 1.102, Inception v2 1.098 -> 1.093."""
+Such a Conv takes K blocks of up to AVX2_PREFETCHED_TAPS_KC taps (every channel of a 3x3
+window up to 512): with B's lines on their way, fewer blocks (C loaded and stored, the
+masks worked out, once a block) won over keeping a 72-row block of A in L2 (1152 taps).
+Measured 1 thread against onnxruntime, two runs, 1152 -> 2304 taps: 3x3 256->256 at 56x56
+1.11-1.14 -> 1.07, 256->256 at 14x14 0.99-1.01 -> 0.97; 512->512 at 28x28 1.16-1.25 ->
+1.12-1.21, 2304 -> 4608 1.14-1.15 -> 1.11-1.13; at 14x14 1.20-1.21 -> 1.10-1.14 (2304),
+1.17-1.19 -> 1.14 (2304 -> 4608). In the models, one process, 1152 -> 4608: VGG-19
+1.143 -> 1.106, ResNet-50 1.101 -> 1.102, Inception v2 1.098 -> 1.093."""
 
 
 def _check(params: Params, lanes: int, geo: Geometry) -> None:

@@ -481,15 +481,14 @@ def test_avx2_packs_a_large_a_only_for_enough_columns(n, packa):
 @pytest.mark.parametrize(
     ("c", "hw", "kc"),
     [
-        (512, 7, 1152),  # 4608 taps are 1.3 MB a 72-row block: 4 blocks of 1152
+        (512, 7, 4608),  # every channel of the window, one block
         (128, 28, 1152),
-        (256, 56, 2304),  # B prefetched (TAPS_PREFETCH_BYTES): the whole window, one block
-        (512, 28, 4608),
+        (1024, 14, 4608),  # 9216 taps: two blocks
+        (256, 56, 2304),
     ],
 )
 def test_avx2_k_blocks_of_a_conv_read_in_place(c, hw, kc):
-    """A 72-row block of weights within the L2 (AVX2_TAPS_KC), or whole windows of every
-    channel up to 4608 taps where B is prefetched (AVX2_PREFETCHED_TAPS_KC)."""
+    """Whole windows of every channel, up to 4608 taps (AVX2_PREFETCHED_TAPS_KC)."""
     program = lower_model(square_conv_model(c, c, hw, 3))
     stmt = next(s for s in program.kernels[0].statements if s.reduce)
     params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
