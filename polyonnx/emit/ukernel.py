@@ -593,8 +593,14 @@ class _Gemm:
         """Ask for the tile's C lines (to write) and its epilogue operands' lines (to read)
         before the K loop, which hides their latency. Each row of the tile is its own
         stream, MR of them a tile, too many for the hardware prefetchers: a 1x1 Conv with
-        a residual Add (K = 64) ran at 55% of peak waiting on them."""
+        a residual Add (K = 64) ran at 55% of peak waiting on them. A row's run of
+        ``nv`` vectors may start anywhere in a line (a 14x14 plane is 12.25 lines; a
+        numpy array starts 16 bytes into one), so the prefetches go to every line-start
+        offset within it and to its last element: a run of 16 floats 16 bytes into a line
+        spans two lines, and prefetching from its first two vectors asked for one."""
         b = self.b
+        span = self.nv * self.w
+        offsets = sorted({*range(0, span, LINE_FLOATS), span - 1})
         lines = [(at, 1) for at in c_rows]
         for ptr, affine, step in self.extra.values():
             if step:
@@ -602,8 +608,8 @@ class _Gemm:
                 lines += [(b.gep(ptr, [b.add(b.mul(row, coeff), col)], source_etype=F32), 0)
                           for row in rows]  # fmt: skip
         for at, write in lines:
-            for v in range(self.nv):
-                args = [self._at(at, v * self.w), *(ir.Constant(I32, x) for x in (write, 3, 1))]
+            for offset in offsets:
+                args = [self._at(at, offset), *(ir.Constant(I32, x) for x in (write, 3, 1))]
                 b.call(self.prefetch, args)
 
     def _initial(self, c_rows, rows, masks, col):

@@ -4,6 +4,8 @@ column tiles, K blocks, padded/strided/dilated/grouped convs, and fused epilogue
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -494,3 +496,37 @@ def test_avx2_k_blocks_of_a_conv_read_in_place(c, hw, kc):
     params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
     assert (params.packb, params.kc) == (0, kc)
     assert default_params(geometry(stmt, program.buffers), 16, 32).kc == min(9 * c, 2304)
+
+
+def test_a_tile_prefetches_every_line_of_its_c_rows_and_residual_rows():
+    """Before the K loop, each row of a tile asks for the lines of C and of an epilogue
+    operand that its NR columns span, wherever they start in a line: the run's first
+    element, every line start within it, and its last element (a 14x14 plane's rows, and a
+    numpy array's, start mid-line; the first element of each vector missed the last line)."""
+    nodes = [
+        helper.make_node("MatMul", ["a", "b"], ["t"], name="mm"),
+        helper.make_node("Add", ["t", "r"], ["y"], name="residual"),
+    ]
+    shapes = {"a": (64, 96), "b": (96, 196), "r": (64, 196)}
+    model = make_model(
+        nodes, [value_info(n, F32, s) for n, s in shapes.items()], [value_info("y", F32, (64, 196))]
+    )
+    program = lower_model(model)
+    (kernel,) = program.kernels
+    schedule = default_schedule(kernel, program.buffers)
+    nr = 2 * host_target().lanes()
+    layout = plan_memory(program)
+    places = {name: (p.slot, p.offset) for name, p in layout.places.items()}
+    text = str(emit_module([schedule], program.buffers, places, host_target())[0])
+    geps = dict(re.findall(r'(%"[\w.]+") = getelementptr float, ptr %"[\w.]+", i64 (-?\d+)', text))
+    offsets = {"write": set(), "read": set()}
+    for pointer, write in re.findall(
+        r'@"llvm.prefetch.p0"\(ptr (%"[\w.]+"), i32 (\d), i32 3', text
+    ):
+        offsets["write" if write == "1" else "read"].add(int(geps.get(pointer, 0)))
+    whole = sorted({*range(0, nr, 16), nr - 1})  # a whole tile's run
+    assert set(whole) <= offsets["write"] and set(whole) <= offsets["read"]
+    rng = np.random.default_rng(3)
+    feeds = {n: random_array(rng, s) for n, s in shapes.items()}
+    got = polyonnx.InferenceSession(model).run(None, feeds)[0]
+    np.testing.assert_allclose(got, feeds["a"] @ feeds["b"] + feeds["r"], **sum_tol(96))
