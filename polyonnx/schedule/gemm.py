@@ -272,6 +272,8 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
         prefetch = int(taps is None and not packa and 4 * geo.m * geo.k >= AVX2_PREFETCH_A_BYTES)
         if packb and mr == 6 and geo.k < AVX2_SHALLOW_K:
             mr = 4  # see AVX2_SHALLOW_K
+        if packb and geo.k <= AVX2_PANEL_K:
+            mc = mr  # see AVX2_PANEL_K
         if taps is not None:  # B's lines prefetched: see AVX2_PREFETCHED_TAPS_KC
             prefetch, kc = 1, _even(geo.k, AVX2_PREFETCHED_TAPS_KC, taps.count)
         if packa:
@@ -332,6 +334,18 @@ constant). Measured in light ResNet-50, 1 thread, one process, each kernel's med
 x4) 1.40-1.67 -> 1.56-1.82, hence the threshold. MatMuls whose A stays in cache from one
 call to the next measured alike with and without (256^3 to 768^3, 1024 x 256 x 196)."""
 
+
+AVX2_PANEL_K = 64
+"""On AVX2, a GEMM with B packed and at most this deep takes row blocks of one tile (MC =
+MR): a row panel then sweeps every column tile of the block, and its C rows and epilogue
+operands (a residual Add's) are MR streams the hardware prefetchers follow, where a
+72-row block down one column tile touches a line of 72 rows, whose latency a K loop this
+short does not hide. Measured 1 thread: light ResNet-50's 1x1 Convs 64 -> 256 at 56x56
+with a residual Add, per-kernel medians over 20 alternating rounds, 1.89-1.98 ->
+1.77 ms (x3), the one without 1.57 -> 1.59 (MC = 8: 1.77 -> 1.93); MatMul 4096 x 64 x 4096
+0.66 -> 0.58 times numpy's time; models to onnxruntime, one process: SqueezeNet 1.163 ->
+1.138, ShuffleNet 0.916 -> 0.899, AlexNet 0.820 -> 0.797, ZFNet 0.710 -> 0.688, others
+alike. At 128 deep (512 -> 128 at 28x28) it measured slower."""
 
 AVX2_PACK_A_COLUMNS = 128
 """Fewer columns than this and A is not packed on AVX2 whatever its size: packing copies

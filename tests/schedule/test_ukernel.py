@@ -530,3 +530,21 @@ def test_a_tile_prefetches_every_line_of_its_c_rows_and_residual_rows():
     feeds = {n: random_array(rng, s) for n, s in shapes.items()}
     got = polyonnx.InferenceSession(model).run(None, feeds)[0]
     np.testing.assert_allclose(got, feeds["a"] @ feeds["b"] + feeds["r"], **sum_tol(96))
+
+
+@pytest.mark.parametrize(
+    ("shape", "mc"),
+    [
+        ((256, 64, 3136), 4),  # ResNet-50's 1x1 Conv 64 -> 256: a row panel at a time
+        ((4096, 64, 4096), 4),
+        ((128, 512, 784), 72),  # deep enough
+        ((64, 64, 3136), 72),  # B read in place
+    ],
+)
+def test_a_shallow_avx2_gemm_sweeps_one_row_panel_at_a_time(shape, mc):
+    m, k, n = shape
+    program = lower_model(_matmul_model((m, k), (k, n), (m, n)))
+    stmt = next(s for s in program.kernels[0].statements if s.reduce)
+    params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
+    assert params.mc == mc
+    assert default_params(geometry(stmt, program.buffers), 16, 32).mc == 64  # AVX-512
