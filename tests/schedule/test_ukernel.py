@@ -44,6 +44,15 @@ def _matmul_model(a_shape, b_shape, out_shape):
     )
 
 
+def _default_params(model, lanes: int = 8):
+    """The default ukernel parameters of the model's first contraction for ``lanes``
+    (8: AVX2's 16 registers; 16: AVX-512's 32)."""
+    program = lower_model(model)
+    stmt = next(s for s in program.kernels[0].statements if s.reduce)
+    geo = geometry(stmt, program.buffers)
+    return default_params(geo, lanes, vector_registers(lanes))
+
+
 def _uses_ukernel(model) -> bool:
     program = lower_model(model)
     trees = [default_schedule(k, program.buffers).tree for k in program.kernels]
@@ -443,9 +452,7 @@ def test_the_default_reads_a_big_b_for_few_rows_a_few_whole_rows_at_a_time(shape
 )
 def test_the_avx2_default_packs_a_large_a_or_prefetches_it(shape, packa):
     m, k, n = shape
-    program = lower_model(_matmul_model((m, k), (k, n), (m, n)))
-    stmt = next(s for s in program.kernels[0].statements if s.reduce)
-    params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
+    params = _default_params(_matmul_model((m, k), (k, n), (m, n)))
     assert (params.mr, params.nr, params.mc) == (6, 16, 72)
     assert params.prefetch == (not packa and 4 * m * k >= 128 << 10)  # packed A is in L2
     assert params.unroll == (8 if params.packb else 4)
@@ -464,9 +471,7 @@ def test_the_avx2_default_packs_a_large_a_or_prefetches_it(shape, packa):
 )
 def test_a_shallow_avx2_gemm_with_b_packed_takes_four_row_tiles(shape, mr):
     m, k, n = shape
-    program = lower_model(_matmul_model((m, k), (k, n), (m, n)))
-    stmt = next(s for s in program.kernels[0].statements if s.reduce)
-    params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
+    params = _default_params(_matmul_model((m, k), (k, n), (m, n)))
     assert params.mr == mr
     assert params.packb == (mr == 4 or k >= 256)
 
@@ -474,9 +479,7 @@ def test_a_shallow_avx2_gemm_with_b_packed_takes_four_row_tiles(shape, mr):
 @pytest.mark.parametrize(("n", "packa"), [(49, False), (64, False), (128, True), (196, True)])
 def test_avx2_packs_a_large_a_only_for_enough_columns(n, packa):
     # A of 8 MB: packed for a wide B, read in place for ResNet-50's 7x7 tail (49 columns)
-    program = lower_model(_matmul_model((2048, 1024), (1024, n), (2048, n)))
-    stmt = next(s for s in program.kernels[0].statements if s.reduce)
-    params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
+    params = _default_params(_matmul_model((2048, 1024), (1024, n), (2048, n)))
     assert params.packa == packa
 
 
@@ -491,11 +494,10 @@ def test_avx2_packs_a_large_a_only_for_enough_columns(n, packa):
 )
 def test_avx2_k_blocks_of_a_conv_read_in_place(c, hw, kc):
     """Whole windows of every channel, up to 4608 taps (AVX2_PREFETCHED_TAPS_KC)."""
-    program = lower_model(square_conv_model(c, c, hw, 3))
-    stmt = next(s for s in program.kernels[0].statements if s.reduce)
-    params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
+    model = square_conv_model(c, c, hw, 3)
+    params = _default_params(model)
     assert (params.packb, params.kc) == (0, kc)
-    assert default_params(geometry(stmt, program.buffers), 16, 32).kc == min(9 * c, 2304)
+    assert _default_params(model, 16).kc == min(9 * c, 2304)
 
 
 def test_a_tile_prefetches_every_line_of_its_c_rows_and_residual_rows():
@@ -543,8 +545,6 @@ def test_a_tile_prefetches_every_line_of_its_c_rows_and_residual_rows():
 )
 def test_a_shallow_avx2_gemm_sweeps_one_row_panel_at_a_time(shape, mc):
     m, k, n = shape
-    program = lower_model(_matmul_model((m, k), (k, n), (m, n)))
-    stmt = next(s for s in program.kernels[0].statements if s.reduce)
-    params = default_params(geometry(stmt, program.buffers), 8, vector_registers(8))
+    params = _default_params(_matmul_model((m, k), (k, n), (m, n)))
     assert params.mc == mc
-    assert default_params(geometry(stmt, program.buffers), 16, 32).mc == 64  # AVX-512
+    assert _default_params(_matmul_model((m, k), (k, n), (m, n)), 16).mc == 64  # AVX-512
