@@ -150,12 +150,17 @@ class LowerContext:
         """``name``'s storage is ``container``'s from element ``start`` on (no copy)."""
         self.slices[name] = (container, start)
 
-    def kernel(self, node: Node, statements: Sequence[Statement]) -> None:
-        name = node.name or node.op_type
+    def kernel(
+        self, node: Node, statements: Sequence[Statement], suffix: str = "", op_type: str = ""
+    ) -> None:
+        """A kernel of ``node``'s, named after it (plus ``suffix``, for the kernels of a
+        lowering that takes several; a name already taken gets underscores), of the node's
+        op type unless ``op_type`` names the part of it the kernel computes."""
+        name = (node.name or node.op_type) + suffix
         while name in self._kernel_names:
             name = f"{name}_"
         self._kernel_names.add(name)
-        kernel = Kernel(name, node.op_type, tuple(statements))
+        kernel = Kernel(name, op_type or node.op_type, tuple(statements))
         self._check_views(node, kernel)
         self.kernels.append(kernel)
 

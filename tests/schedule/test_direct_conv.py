@@ -1,6 +1,8 @@
 """A padded stride-1 Conv read in place by the micro-kernel (ukernel packb=0 with taps,
 schedule/gemm.py ``b_taps``): no im2col, each tap's vectors loaded under masks that keep
-the window inside the image. Checked against numpy on hypothesis shapes and parameters."""
+the window inside the image. Checked against numpy on hypothesis shapes and parameters.
+Big 3x3 stride-1 Convs take Winograd's path by default (tests/krnl/test_winograd.py);
+here they are read in place, as where a script or other rules keep them direct."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from onnx import helper
 
 import polyonnx
 from polyonnx.errors import ScheduleError
+from polyonnx.krnl.ops import winograd
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.gemm import (
@@ -35,6 +38,15 @@ from tests.helpers import (
 from tests.krnl.test_conv import conv_ref
 
 F32 = np.float32
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _direct_convs():
+    """No Conv of this module takes Winograd's path."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(winograd, "CHANNEL_PAIRS", 1 << 62)
+        yield
+
 
 # (kernel height, width, dilation): "same" padding keeps the output as large as the input
 WINDOWS = ((3, 3, 1), (3, 3, 2), (1, 3, 1), (3, 1, 1), (2, 2, 1), (2, 3, 1), (5, 5, 1), (3, 5, 1))

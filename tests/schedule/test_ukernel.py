@@ -16,6 +16,7 @@ import polyonnx
 from polyonnx.emit.module import emit_module
 from polyonnx.emit.target import host_target
 from polyonnx.errors import ScheduleError
+from polyonnx.krnl.ops import winograd
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.runtime.memory import plan_memory
 from polyonnx.schedule.default import default_schedule
@@ -492,8 +493,10 @@ def test_avx2_packs_a_large_a_only_for_enough_columns(n, packa):
         (256, 56, 2304),
     ],
 )
-def test_avx2_k_blocks_of_a_conv_read_in_place(c, hw, kc):
-    """Whole windows of every channel, up to 4608 taps (AVX2_PREFETCHED_TAPS_KC)."""
+def test_avx2_k_blocks_of_a_conv_read_in_place(c, hw, kc, monkeypatch):
+    """Whole windows of every channel, up to 4608 taps (AVX2_PREFETCHED_TAPS_KC), where
+    the Conv stays direct (not Winograd's, krnl/ops/winograd.py)."""
+    monkeypatch.setattr(winograd, "CHANNEL_PAIRS", 1 << 62)
     model = square_conv_model(c, c, hw, 3)
     params = _default_params(model)
     assert (params.packb, params.kc) == (0, kc)

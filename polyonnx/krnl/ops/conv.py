@@ -15,7 +15,9 @@ an existential (stride) constraint::
     S1: Y[n, g*Mg + m, o..] += X[n, g*Cg + c, (o + p - d*k)/s ..] * W[g*Cg + c, m, k..]
         over exists e: o + p - d*k = s*e and 0 <= e < size
 
-The group dim ``g`` only appears when ``group > 1``. float16 sums accumulate in a float32
+The group dim ``g`` only appears when ``group > 1``. Big 3x3 stride-1 Convs take
+Winograd's F(2x2, 3x3) instead (krnl/ops/winograd.py), strided ones the phases of their
+input (krnl/ops/phases.py). float16 sums accumulate in a float32
 temp and are rounded once at the end. :class:`Axis` and :func:`window` (the sliding-window
 geometry: auto_pad, pads, strides, dilations, ceil_mode) are shared with the pools;
 :func:`channels` and :func:`contraction` with QLinearConv (krnl/ops/quant.py).
@@ -449,7 +451,7 @@ def _bias(ctx: LowerContext, node: Node, out: Buffer) -> Buffer | None:
 
 @lowers("Conv", "ConvInteger")
 def lower_conv(ctx: LowerContext, node: Node) -> None:
-    from polyonnx.krnl.ops import phases  # (it builds on this module)
+    from polyonnx.krnl.ops import phases, winograd  # (they build on this module)
 
     x, w = ctx.buffer(node.inputs[0]), _unregistered(ctx, node.inputs[1])
     ch = channels(node, x, w)
@@ -460,6 +462,9 @@ def lower_conv(ctx: LowerContext, node: Node) -> None:
     acc = accumulator(ctx, out)
 
     weights = ctx.constant(node.inputs[1])
+    if not integer and winograd.fits(x, weights, axes, ch.group):
+        winograd.lower(ctx, node, x, weights, axes, out)
+        return
     plan = None if integer or _depthwise_2d(ch, axes, x) else phases.plan(axes, x, weights)
     if plan is not None:  # V, not W, is read: W is not registered
         head = list(zip(ch.head, ch.head_sizes, strict=True))

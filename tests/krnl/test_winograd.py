@@ -1,0 +1,137 @@
+"""3x3 stride-1 Convs by Winograd F(2x2, 3x3) (polyonnx/krnl/ops/winograd.py): which
+Convs take it, its three kernels and their default schedules, and the result against a
+float64 numpy convolution on hypothesis shapes: odd and prime sizes (tiles sticking out
+of the output), pads 0 or 1 at either end, a batch, bias or none, a Relu after it, with
+the GEMM's micro-kernel under other parameters and threads."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import helper
+
+import polyonnx
+from polyonnx.krnl.ir import Buffer
+from polyonnx.krnl.ops import winograd
+from polyonnx.krnl.ops.conv import Axis
+from polyonnx.runtime.compiled import lower_model
+from polyonnx.schedule.default import default_schedule
+from tests.helpers import fast, make_model, random_array, seeds, square_conv_model, value_info
+from tests.krnl.test_conv import conv_ref, out_size
+
+F32 = np.float32
+
+
+def _model(x_shape, w, bias, pads, out_shape):
+    inputs = ["x", "w", "b"] if bias is not None else ["x", "w"]
+    nodes = [
+        helper.make_node("Conv", inputs, ["c"], name="conv", pads=pads),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    constants = {"w": w} if bias is None else {"w": w, "b": bias}
+    feeds = [value_info("x", F32, x_shape)]
+    return make_model(nodes, feeds, [value_info("y", F32, out_shape)], constants)
+
+
+@contextlib.contextmanager
+def _every_3x3_conv():
+    """Winograd's path for every 3x3 stride-1 Conv, however few its channels and tiles."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(winograd, "CHANNEL_PAIRS", 1)
+        patch.setattr(winograd, "TILE_WORK", 100.0)
+        yield
+
+
+PARAMS = [{}, {"mr": 3, "nr": 8, "kc": 5, "split": "rows"}, {"packb": 1, "split": "cols"}]
+"""The GEMM kernel's micro-kernel parameters besides the default: a short tile and K
+blocks that split the channels, B packed."""
+
+
+@fast(25)
+@given(
+    size=st.tuples(st.sampled_from((1, 2, 3, 5, 8, 13)), st.sampled_from((1, 2, 4, 7, 11))),
+    pads=st.tuples(*[st.integers(0, 1)] * 4),
+    c=st.sampled_from((1, 3, 16)),
+    m=st.sampled_from((1, 5, 17)),
+    batch=st.sampled_from((1, 2)),
+    bias=st.booleans(),
+    params=st.sampled_from(PARAMS),
+    threads=st.sampled_from((1, 2)),
+    seed=seeds,
+)
+def test_a_winograd_conv_matches_numpy(size, pads, c, m, batch, bias, params, threads, seed):
+    begin, end = pads[:2], pads[2:]
+    outs = [out_size(n, 3, 1, 1, b, e) for n, b, e in zip(size, begin, end, strict=True)]
+    if min(outs) < 1:
+        return  # the window does not fit: a load-time error (tests/krnl/test_conv.py)
+    rng = np.random.default_rng(seed)
+    x = random_array(rng, (batch, c, *size))
+    w = random_array(rng, (m, c, 3, 3))
+    b = random_array(rng, (m,)) if bias else None
+    ref = np.maximum(conv_ref(x, w, b, 1, (1, 1), (1, 1), begin, outs), 0)
+    with _every_3x3_conv():
+        prog = polyonnx.load(_model(x.shape, w, b, list(pads), ref.shape))
+    assert set(prog.kernels) >= {
+        "conv.winograd_input", "conv", "conv.winograd_output"
+    }  # fmt: skip
+    tiles = batch * -(-outs[0] // 2) * -(-outs[1] // 2)
+    if params and min(c, m, tiles) > 1:  # (a dim of 1 leaves no GEMM to schedule)
+        prog.schedule("conv").ukernel(**params)
+    got = polyonnx.InferenceSession(prog, threads=threads).run(None, {"x": x})[0]
+    # a transformed input value sums 4 inputs, an output 9 GEMM results
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=4e-5 * 36 * c)
+
+
+def test_the_transformed_weights_give_the_direct_convolution_of_a_tile():
+    """(AT [(G g G^T) * (BT d BT^T)] AT^T) is the 2x2 valid convolution (correlation) of
+    a 4x4 window d with a 3x3 filter g."""
+    rng = np.random.default_rng(0)
+    g, d = rng.standard_normal((3, 3)), rng.standard_normal((4, 4))
+    u = winograd.weights_transform(g.reshape(1, 1, 3, 3)).reshape(4, 4)
+    got = winograd.AT @ (u * (winograd.BT @ d @ winograd.BT.T)) @ winograd.AT.T
+    want = [[np.sum(d[i : i + 3, j : j + 3] * g) for j in range(2)] for i in range(2)]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _fits(c, m, hw, pad=1, stride=1, kernel=3, group=1, dtype="float32"):
+    axes = [Axis(hw, kernel, stride, 1, pad, pad, out_size(hw, kernel, stride, 1, pad, pad))]
+    x = Buffer("x", (1, c * group, hw, hw), dtype)
+    return winograd.fits(x, np.zeros((m, c, kernel, kernel), F32), axes * 2, group)
+
+
+@pytest.mark.parametrize(
+    ("case", "taken"),
+    [
+        ({"c": 256, "m": 256, "hw": 14}, True),  # ResNet-50's
+        ({"c": 64, "m": 128, "hw": 56}, True),  # CHANNEL_PAIRS: 8192
+        ({"c": 64, "m": 64, "hw": 56}, False),  # 4096: the transforms cost what it saves
+        ({"c": 512, "m": 512, "hw": 7}, True),  # 16 tiles for 49 outputs: 0.58 the work
+        ({"c": 512, "m": 512, "hw": 5}, False),  # 9 for 25: 0.64 (TILE_WORK)
+        ({"c": 256, "m": 256, "hw": 14, "pad": 2}, False),
+        ({"c": 256, "m": 256, "hw": 14, "stride": 2}, False),
+        ({"c": 256, "m": 256, "hw": 14, "kernel": 5, "pad": 2}, False),
+        ({"c": 128, "m": 256, "hw": 14, "group": 2}, False),
+        ({"c": 256, "m": 256, "hw": 14, "dtype": "float16"}, False),
+    ],
+)
+def test_which_convs_take_winograd(case, taken):
+    assert _fits(**case) == taken
+
+
+def test_its_kernels_and_their_schedules():
+    program = lower_model(square_conv_model(128, 64, 14, 3, 1, 1))
+    kinds = [(k.name, k.op_type) for k in program.kernels]
+    assert kinds == [
+        ("conv.winograd_input", "WinogradInput"), ("conv", "Conv"),
+        ("conv.winograd_output", "WinogradOutput"),
+    ]  # fmt: skip
+    assert "w" not in program.constants  # U replaces W
+    u = next(b for name, b in program.constants.items() if name.startswith("w_winograd"))
+    assert u.shape == (16, 64, 128)
+    trees = [default_schedule(k, program.buffers).tree for k in program.kernels]
+    assert "ukernel" in trees[1]  # the 16 GEMMs take the micro-kernel
+    assert "vectorize" in trees[0]  # along the tiles of a row: stride-2 loads
