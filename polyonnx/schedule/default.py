@@ -131,6 +131,8 @@ def _with_threads(schedule: KernelSchedule) -> KernelSchedule:
     deps = None
     total = sum(_work(s) for s in state.kernel.statements)
     least = PARALLEL_POINTS if total < PARALLEL_POINTS else PARALLEL_POINTS // PASSES
+    if state.kernel.op_type in TRANSFORMS:
+        least = TRANSFORM_POINTS
     for nest in state.nests:
         stmt = state.statement(nest.statement)
         group = [stmt] + [
@@ -186,6 +188,16 @@ Measured 2 threads (1 thread), the passes of a pool through a padded copy: Avera
 3x3 576x14x14 77 -> 45 us (73), 192x56x56 469 -> 331 us (453-517). An Add+Relu of 800K
 points stays at 86-122 us on 1 or 2 threads either way (bound by memory)."""
 PASSES = 8
+
+TRANSFORMS = ("WinogradInput", "WinogradOutput")
+TRANSFORM_POINTS = 1 << 14
+"""Work (as :func:`_work` counts it) from which each pass of a Winograd Conv's input or
+output transform (krnl/ops/winograd.py) runs on threads: its points are sums of 4 or 9
+values read with a stride of 2, several times the cost of the points PARALLEL_POINTS
+counts, and its passes (16 or 4 of them) are each far below that. Measured 2 threads,
+light models to onnxruntime, one process, serial -> threaded (1 << 16 alike): ResNet-50
+0.983 -> 0.959 and 1.045 -> 1.024, VGG-19 0.806 -> 0.729, AlexNet 0.774 -> 0.746,
+SqueezeNet 0.971 -> 0.966."""
 
 
 def _gemm_params(geo: Geometry, lanes: int) -> Params | None:
