@@ -4,7 +4,8 @@ Columns: the polyonnx median and the baselines' (onnxruntime; numpy's OpenBLAS f
 MatMul), the ratios polyonnx / baseline (< 1: polyonnx is faster): of the medians, and
 paired (the median of per-round ratios of rounds that alternated the two, paired.py; the
 steadier figure on a noisy machine), and for contractions polyonnx's GFLOP/s and its
-percent of the FMA peak of the cores it used (peak.py).
+percent of the FMA peak of the cores it used (peak.py), both of the direct algorithm's
+flops (a Winograd Conv's effective rate may pass the peak).
 """
 
 from __future__ import annotations
