@@ -17,7 +17,9 @@ P at (2*ty, 2*tx). U = G g G^T, the transformed weights, is computed once when l
 BT and AT hold 0 and +-1 and G +-1/2, so results differ from the direct sum by rounding
 only (the same order of error; checked against numpy in tests/krnl/test_winograd.py).
 The GEMM kernel keeps the node's name: a schedule script or the tuner that picks the
-node's Conv gets its contraction.
+node's Conv gets its contraction. The input transform's passes share the copy's batch and
+channel dims, so the default schedule runs the kernel a channel at a time (TRANSFORMS in
+schedule/default.py).
 """
 
 from __future__ import annotations
@@ -113,22 +115,22 @@ def _input_kernel(
     padded, stmts = padded_copy(
         ctx, x, wide, kb.const(0, x.dtype), f"{v.name}.padded", flat=False, lead=("pn", "pc")
     )
-    dims = ["vc", "vn", "vy", "vx"]
-    q = f"({ty}*vn + vy)*{tx} + vx"
+    dims = ["pn", "pc", "vy", "vx"]  # the copy's batch and channel dims
+    q = f"({ty}*pn + vy)*{tx} + vx"
     for t in range(16):
         name = f"S{len(stmts)}"
         a, b = divmod(t, 4)
         terms = [
             (BT[a, i] * BT[b, j], kb.load(kb.access(
-                padded.name, name, dims, ["vn", "vc", f"2*vy + {i}", f"2*vx + {j}"]
+                padded.name, name, dims, ["pn", "pc", f"2*vy + {i}", f"2*vx + {j}"]
             ), x.dtype))
             for i in range(4) for j in range(4) if BT[a, i] * BT[b, j]
         ]  # fmt: skip
         stmts.append(
             Statement(
                 name,
-                kb.box(name, dims, (x.shape[1], x.shape[0], ty, tx)),
-                kb.access(v.name, name, dims, [str(t), "vc", q]),
+                kb.box(name, dims, (x.shape[0], x.shape[1], ty, tx)),
+                kb.access(v.name, name, dims, [str(t), "pc", q]),
                 _signed_sum(terms),
             )
         )
