@@ -269,7 +269,8 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
             and 4 * geo.m * geo.k >= AVX2_PACK_A_BYTES
             and geo.n >= AVX2_PACK_A_COLUMNS
         )
-        prefetch = int(taps is None and not packa and 4 * geo.m * geo.k >= AVX2_PREFETCH_A_BYTES)
+        a_bytes = 4 * geo.m * geo.k * math.prod(geo.sizes[d] for d in geo.outer if geo.a.coeffs[d])
+        prefetch = int(taps is None and not packa and a_bytes >= AVX2_PREFETCH_A_BYTES)
         if packb and mr == 6 and geo.k < AVX2_SHALLOW_K:
             mr = 4  # see AVX2_SHALLOW_K
         if packb and geo.k <= AVX2_PANEL_K:
@@ -332,7 +333,12 @@ constant). Measured in light ResNet-50, 1 thread, one process, each kernel's med
 140.2 ms; 1 MB -> 128 KB: 256 -> 512 stride 2 (512 KB) 3.08 -> 2.88, 512 -> 128 at 28x28
 (256 KB) 1.45 -> 1.31, kernels 112.0 -> 110.3 ms; all sizes: 64 -> 256 at 56x56 (64 KB,
 x4) 1.40-1.67 -> 1.56-1.82, hence the threshold. MatMuls whose A stays in cache from one
-call to the next measured alike with and without (256^3 to 768^3, 1024 x 256 x 196)."""
+call to the next measured alike with and without (256^3 to 768^3, 1024 x 256 x 196).
+
+A that differs along the batch dims counts whole: a Winograd Conv's 16 GEMMs (krnl/ops/
+winograd.py) read 16 different weight blocks, each once an inference. 128 -> 128 at 28x28
+(16 blocks of 64 KB), per-kernel medians over 20 alternating rounds: 2.06 -> 1.96 and
+2.03 -> 1.87 ms; the model's kernels 126.2 -> 124.5 ms."""
 
 
 AVX2_PANEL_K = 64

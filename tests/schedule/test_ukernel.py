@@ -49,7 +49,7 @@ def _default_params(model, lanes: int = 8):
     """The default ukernel parameters of the model's first contraction for ``lanes``
     (8: AVX2's 16 registers; 16: AVX-512's 32)."""
     program = lower_model(model)
-    stmt = next(s for s in program.kernels[0].statements if s.reduce)
+    stmt = next(s for k in program.kernels for s in k.statements if s.reduce)
     geo = geometry(stmt, program.buffers)
     return default_params(geo, lanes, vector_registers(lanes))
 
@@ -389,6 +389,19 @@ def test_the_default_prefetches_a_large_a_a_row_panel_ahead(shape, prefetch):
     text = str(emit_module([schedule], program.buffers, places, host_target())[0])
     # llvm.prefetch(address, write=0, locality=2 (L2), data=1), in the K loop only
     assert ("i32 0, i32 2, i32 1)" in text) == prefetch
+
+
+@pytest.mark.parametrize(
+    ("model", "prefetch"),
+    [
+        (square_conv_model(128, 128, 28, 3), 1),  # Winograd: 16 blocks of 64 KB
+        (_matmul_model((128, 128), (128, 196), (128, 196)), 0),  # one block of 64 KB
+    ],
+)
+def test_avx2_counts_a_batched_a_whole_for_the_prefetch(model, prefetch):
+    """16 GEMMs that each read their own A read 16 of them from memory an inference
+    (AVX2_PREFETCH_A_BYTES)."""
+    assert _default_params(model).prefetch == prefetch
 
 
 @pytest.mark.parametrize(
