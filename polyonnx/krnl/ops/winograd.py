@@ -73,8 +73,8 @@ def fits(x: Buffer, weights: np.ndarray | None, axes: Sequence[Axis], group: int
 def weights_transform(weights: np.ndarray) -> np.ndarray:
     """U[t, m, c] = (G g G^T)[t] for each 3x3 filter g = W[m, c]: [16, M, C] float32
     (computed in float64)."""
-    u = np.einsum("ai,mcij,bj->abmc", G, weights.astype(np.float64), G)
-    return np.ascontiguousarray(u.reshape(16, *weights.shape[:2]).astype(np.float32))
+    u = G @ weights.astype(np.float64) @ G.T  # [M, C, 4, 4]
+    return np.ascontiguousarray(u.reshape(*weights.shape[:2], 16).transpose(2, 0, 1), np.float32)
 
 
 def _signed_sum(terms: Sequence[tuple[float, Expr]]) -> Expr:
