@@ -428,7 +428,7 @@ def _init(ctx: LowerContext, node: Node, acc: Buffer, bias: str, name: str = "S0
     """``S0: acc[n, m, o..] = B[m]`` (or 0)."""
     dims = ["n", "m", *kb.dims("o", len(acc.shape) - 2)]
     value: Expr = kb.const(0, acc.dtype)
-    b = _bias(ctx, node, acc) if bias else None
+    b = conv_bias(ctx, node, acc) if bias else None
     if b is not None:
         value = kb.cast(kb.load(kb.access(bias, name, dims, ["m"]), b.dtype), acc.dtype)
     return Statement(
@@ -436,7 +436,7 @@ def _init(ctx: LowerContext, node: Node, acc: Buffer, bias: str, name: str = "S0
     )
 
 
-def _bias(ctx: LowerContext, node: Node, out: Buffer) -> Buffer | None:
+def conv_bias(ctx: LowerContext, node: Node, out: Buffer) -> Buffer | None:
     """The Conv's bias (input 2), one value per output channel, or None without one."""
     if not node.input(2):
         return None
@@ -605,7 +605,7 @@ def _weighted_sum(ctx: LowerContext, node: Node, w: Buffer, out: Buffer):
     """``term`` and ``combine`` for :func:`flat_windows`: each tap's value times its
     weight W[c, 0, k..], the products summed as a balanced tree, plus the bias B[c]."""
     dims = ["n", "c", "q"]
-    bias = _bias(ctx, node, out)
+    bias = conv_bias(ctx, node, out)
 
     def term(taps: tuple[int, ...], value: Expr) -> Expr:
         weight = kb.load(kb.access(w.name, "S2", dims, ["c", "0", *map(str, taps)]), w.dtype)

@@ -32,7 +32,7 @@ from polyonnx.frontend.graph import Node
 from polyonnx.krnl import build as kb
 from polyonnx.krnl.ir import Buffer, Expr, Statement
 from polyonnx.krnl.lower import LowerContext
-from polyonnx.krnl.ops.conv import Axis, _bias, domain, padded_copy
+from polyonnx.krnl.ops.conv import Axis, conv_bias, domain, padded_copy
 
 BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
 G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=np.float64)
@@ -164,7 +164,7 @@ def _gemm_kernel(ctx: LowerContext, node: Node, u: Buffer, v: Buffer, m: Buffer)
 def _output_kernel(ctx: LowerContext, node: Node, m: Buffer, out: Buffer, tiles) -> None:
     ty, tx = tiles
     oh, ow = out.shape[2:]
-    bias = _bias(ctx, node, out)
+    bias = conv_bias(ctx, node, out)
     dims = ["n", "m", "ty", "tx"]
     q = f"({ty}*n + ty)*{tx} + tx"
     stmts = []
