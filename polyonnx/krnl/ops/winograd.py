@@ -77,10 +77,12 @@ def weights_transform(weights: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(u.reshape(*weights.shape[:2], 16).transpose(2, 0, 1), np.float32)
 
 
-def _signed_sum(terms: Sequence[tuple[float, Expr]]) -> Expr:
-    """``c0*e0 + c1*e1 + ...`` for coefficients of +-1: adds and subtracts only."""
-    plus = [e for c, e in terms if c > 0]
-    minus = [e for c, e in terms if c < 0]
+def _tile_sum(left: np.ndarray, right: np.ndarray, load) -> Expr:
+    """``sum over (i, j) of left[i] * right[j] * load(i, j)`` for coefficients of 0 and
+    +-1 (one row of BT or AT each side): adds and subtracts of the nonzero terms only."""
+    pairs = [(i, j) for i in range(len(left)) for j in range(len(right)) if left[i] * right[j]]
+    plus = [load(i, j) for i, j in pairs if left[i] * right[j] > 0]
+    minus = [load(i, j) for i, j in pairs if left[i] * right[j] < 0]
     total = plus[0] if plus else kb.unary("neg", minus.pop(0))
     for e in plus[1:]:
         total = kb.binary("add", total, e)
@@ -120,18 +122,17 @@ def _input_kernel(
     for t in range(16):
         name = f"S{len(stmts)}"
         a, b = divmod(t, 4)
-        terms = [
-            (BT[a, i] * BT[b, j], kb.load(kb.access(
-                padded.name, name, dims, ["pn", "pc", f"2*vy + {i}", f"2*vx + {j}"]
-            ), x.dtype))
-            for i in range(4) for j in range(4) if BT[a, i] * BT[b, j]
-        ]  # fmt: skip
+
+        def window(i: int, j: int, name: str = name) -> Expr:
+            index = ["pn", "pc", f"2*vy + {i}", f"2*vx + {j}"]
+            return kb.load(kb.access(padded.name, name, dims, index), x.dtype)
+
         stmts.append(
             Statement(
                 name,
                 kb.box(name, dims, (x.shape[0], x.shape[1], ty, tx)),
                 kb.access(v.name, name, dims, [str(t), "pc", q]),
-                _signed_sum(terms),
+                _tile_sum(BT[a], BT[b], window),
             )
         )
     ctx.kernel(node, stmts, ".winograd_input", "WinogradInput")
@@ -171,13 +172,11 @@ def _output_kernel(ctx: LowerContext, node: Node, m: Buffer, out: Buffer, tiles)
     for dy in range(2):
         for dx in range(2):
             name = f"S{len(stmts)}"
-            terms = [
-                (AT[dy, t // 4] * AT[dx, t % 4], kb.load(
-                    kb.access(m.name, name, dims, [str(t), "m", q]), m.dtype
-                ))
-                for t in range(16) if AT[dy, t // 4] * AT[dx, t % 4]
-            ]  # fmt: skip
-            value = _signed_sum(terms)
+
+            def product(a: int, b: int, name: str = name) -> Expr:
+                return kb.load(kb.access(m.name, name, dims, [str(4 * a + b), "m", q]), m.dtype)
+
+            value = _tile_sum(AT[dy], AT[dx], product)
             if bias is not None:
                 b = kb.load(kb.access(bias.name, name, dims, ["m"]), bias.dtype)
                 value = kb.binary("add", value, b)
