@@ -41,14 +41,12 @@ from polyonnx.krnl.ir import (
 )
 from polyonnx.krnl.islutil import row_major_strides
 from polyonnx.schedule.gemm import Params, geometry, is_ukernel_mark
+from polyonnx.schedule.nest import MAX_STRIDE
 from polyonnx.schedule.state import PARALLEL
 from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
 
 Env = dict[str, ir.Value]
 I32 = ir.IntType(32)
-MAX_STRIDE = 4
-"""The longest load step along a vector loop read as one span and a shuffle (stride s
-loads s vectors' worth for one; past that, one access per lane)."""
 INTERLEAVE = 4
 """Vectors a step of a contiguous vector loop computes before the one-vector steps: the
 instructions of four independent vectors interleaved, as one LLVM vector four registers

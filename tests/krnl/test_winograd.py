@@ -134,6 +134,7 @@ def test_its_kernels_and_their_schedules():
     assert u.shape == (16, 64, 128)
     trees = [default_schedule(k, program.buffers).tree for k in program.kernels]
     assert "ukernel" in trees[1]  # the 16 GEMMs take the micro-kernel
-    assert "vectorize" in trees[0]  # along the tiles of a row: stride-2 loads
+    assert "vectorize" in trees[0]  # along the tiles of a row
+    assert "vectorize" in trees[2]  # a tile's columns in vectors, stored a lane at a time
     for tree in (trees[0], trees[2]):  # a channel at a time, the channels on threads
         assert tree.count("parallel") == 1
