@@ -194,15 +194,15 @@ PASSES = 8
 TRANSFORMS = ("WinogradInput", "WinogradOutput")
 """The kernels of a Winograd Conv's input and output transforms (krnl/ops/winograd.py),
 scheduled a channel at a time (row fusion): the input's padded plane stays in L1 through
-its 16 passes, and each kernel hands the worker pool one loop, not 18 or 4. Measured, one
+its passes, and each kernel hands the worker pool one loop, not one a pass. Measured, one
 pass after another -> a channel at a time, light models to onnxruntime, one process:
 2 threads ResNet-50 1.044 -> 1.016, VGG-19 0.775 -> 0.744; 1 thread alike (1.034 ->
 1.030, 0.698 -> 0.711)."""
 TRANSFORM_POINTS = 1 << 14
 """Work (as :func:`_work` counts it) from which each pass of a Winograd Conv's input or
-output transform (krnl/ops/winograd.py) runs on threads: its points are sums of 4 or 9
-values read with a stride of 2, several times the cost of the points PARALLEL_POINTS
-counts, and its passes (16 or 4 of them) are each far below that. Measured 2 threads,
+output transform (krnl/ops/winograd.py) runs on threads: its points are sums of several
+values, several times the cost of the points PARALLEL_POINTS counts, and its passes are
+each far below that. Measured 2 threads,
 light models to onnxruntime, one process, serial -> threaded (1 << 16 alike): ResNet-50
 0.983 -> 0.959 and 1.045 -> 1.024, VGG-19 0.806 -> 0.729, AlexNet 0.774 -> 0.746,
 SqueezeNet 0.971 -> 0.966."""

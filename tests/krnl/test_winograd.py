@@ -1,8 +1,9 @@
-"""3x3 stride-1 Convs by Winograd F(2x2, 3x3) (polyonnx/krnl/ops/winograd.py): which
-Convs take it, its three kernels and their default schedules, and the result against a
-float64 numpy convolution on hypothesis shapes: odd and prime sizes (tiles sticking out
-of the output), pads 0 or 1 at either end, a batch, bias or none, a Relu after it, with
-the GEMM's micro-kernel under other parameters and threads."""
+"""3x3 stride-1 Convs by Winograd F(2x2, 3x3) and F(4x4, 3x3)
+(polyonnx/krnl/ops/winograd.py): which Convs take which, the three kernels and their
+default schedules, and the result against a float64 numpy convolution on hypothesis
+shapes: odd and prime sizes (tiles sticking out of the output), pads 0 or 1 at either
+end, a batch, bias or none, a Relu after it, with the GEMM's micro-kernel under other
+parameters and threads."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tests.helpers import fast, make_model, random_array, seeds, square_conv_mod
 from tests.krnl.test_conv import conv_ref, out_size
 
 F32 = np.float32
+F2, F4 = winograd.F2, winograd.F4
 
 
 def _model(x_shape, w, bias, pads, out_shape):
@@ -38,10 +40,13 @@ def _model(x_shape, w, bias, pads, out_shape):
 
 
 @contextlib.contextmanager
-def _every_3x3_conv():
-    """Winograd's path for every 3x3 stride-1 Conv, however few its channels and tiles."""
+def _every_3x3_conv(variant=winograd.F2):
+    """Winograd's ``variant`` for every 3x3 stride-1 Conv, however few its channels and
+    tiles."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(winograd, "CHANNEL_PAIRS", 1)
+        patch.setattr(winograd, "F4_CHANNEL_PAIRS", 1 if variant is winograd.F4 else 1 << 40)
+        patch.setattr(winograd, "F4_PLANE", 1)
         patch.setattr(winograd, "TILE_WORK", 100.0)
         yield
 
@@ -61,9 +66,12 @@ blocks that split the channels, B packed."""
     bias=st.booleans(),
     params=st.sampled_from(PARAMS),
     threads=st.sampled_from((1, 2)),
+    variant=st.sampled_from((winograd.F2, winograd.F4)),
     seed=seeds,
 )
-def test_a_winograd_conv_matches_numpy(size, pads, c, m, batch, bias, params, threads, seed):
+def test_a_winograd_conv_matches_numpy(
+    size, pads, c, m, batch, bias, params, threads, variant, seed
+):
     begin, end = pads[:2], pads[2:]
     outs = [out_size(n, 3, 1, 1, b, e) for n, b, e in zip(size, begin, end, strict=True)]
     if min(outs) < 1:
@@ -73,12 +81,12 @@ def test_a_winograd_conv_matches_numpy(size, pads, c, m, batch, bias, params, th
     w = random_array(rng, (m, c, 3, 3))
     b = random_array(rng, (m,)) if bias else None
     ref = np.maximum(conv_ref(x, w, b, 1, (1, 1), (1, 1), begin, outs), 0)
-    with _every_3x3_conv():
+    with _every_3x3_conv(variant):
         prog = polyonnx.load(_model(x.shape, w, b, list(pads), ref.shape))
     assert set(prog.kernels) >= {
         "conv.winograd_input", "conv", "conv.winograd_output"
     }  # fmt: skip
-    tiles = batch * -(-outs[0] // 2) * -(-outs[1] // 2)
+    tiles = batch * -(-outs[0] // variant.tile) * -(-outs[1] // variant.tile)
     if params and min(c, m, tiles) > 1:  # (a dim of 1 leaves no GEMM to schedule)
         prog.schedule("conv").ukernel(**params)
     got = polyonnx.InferenceSession(prog, threads=threads).run(None, {"x": x})[0]
@@ -86,15 +94,17 @@ def test_a_winograd_conv_matches_numpy(size, pads, c, m, batch, bias, params, th
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=4e-5 * 36 * c)
 
 
-def test_the_transformed_weights_give_the_direct_convolution_of_a_tile():
-    """(AT [(G g G^T) * (BT d BT^T)] AT^T) is the 2x2 valid convolution (correlation) of
-    a 4x4 window d with a 3x3 filter g."""
+@pytest.mark.parametrize("variant", [winograd.F2, winograd.F4], ids=["F2", "F4"])
+def test_the_transformed_weights_give_the_direct_convolution_of_a_tile(variant):
+    """(AT [(G g G^T) * (BT d BT^T)] AT^T) is the s x s valid convolution (correlation)
+    of a w x w window d with a 3x3 filter g."""
     rng = np.random.default_rng(0)
-    g, d = rng.standard_normal((3, 3)), rng.standard_normal((4, 4))
-    u = winograd.weights_transform(g.reshape(1, 1, 3, 3)).reshape(4, 4)
-    got = winograd.AT @ (u * (winograd.BT @ d @ winograd.BT.T)) @ winograd.AT.T
-    want = [[np.sum(d[i : i + 3, j : j + 3] * g) for j in range(2)] for i in range(2)]
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    s, w = variant.tile, variant.window
+    g, d = rng.standard_normal((3, 3)), rng.standard_normal((w, w))
+    u = winograd.weights_transform(g.reshape(1, 1, 3, 3), variant).reshape(w, w)
+    got = variant.at @ (u * (variant.bt @ d @ variant.bt.T)) @ variant.at.T
+    want = [[np.sum(d[i : i + 3, j : j + 3] * g) for j in range(s)] for i in range(s)]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def _fits(c, m, hw, pad=1, stride=1, kernel=3, group=1, dtype="float32"):
@@ -106,20 +116,23 @@ def _fits(c, m, hw, pad=1, stride=1, kernel=3, group=1, dtype="float32"):
 @pytest.mark.parametrize(
     ("case", "taken"),
     [
-        ({"c": 256, "m": 256, "hw": 14}, True),  # ResNet-50's
-        ({"c": 64, "m": 128, "hw": 56}, True),  # CHANNEL_PAIRS: 8192
-        ({"c": 64, "m": 64, "hw": 56}, False),  # 4096: the transforms cost what it saves
-        ({"c": 512, "m": 512, "hw": 7}, True),  # 16 tiles for 49 outputs: 0.58 the work
-        ({"c": 512, "m": 512, "hw": 5}, False),  # 9 for 25: 0.64 (TILE_WORK)
-        ({"c": 256, "m": 256, "hw": 14, "pad": 2}, False),
-        ({"c": 256, "m": 256, "hw": 14, "stride": 2}, False),
-        ({"c": 256, "m": 256, "hw": 14, "kernel": 5, "pad": 2}, False),
-        ({"c": 128, "m": 256, "hw": 14, "group": 2}, False),
-        ({"c": 256, "m": 256, "hw": 14, "dtype": "float16"}, False),
+        ({"c": 256, "m": 256, "hw": 14}, F2),  # ResNet-50's: 14 < F4_PLANE
+        ({"c": 64, "m": 64, "hw": 56}, F4),  # F4_CHANNEL_PAIRS: 4096
+        ({"c": 64, "m": 32, "hw": 56}, None),  # 2048: the transforms cost what it saves
+        ({"c": 64, "m": 64, "hw": 14}, None),  # too small for F4, too few pairs for F2
+        ({"c": 64, "m": 128, "hw": 14}, F2),  # CHANNEL_PAIRS: 8192
+        ({"c": 512, "m": 512, "hw": 7}, F2),  # 16 tiles for 49 outputs: 0.58 the work
+        ({"c": 512, "m": 512, "hw": 5}, None),  # 9 for 25: 0.64 (TILE_WORK)
+        ({"c": 256, "m": 256, "hw": 17}, F4),  # 25 tiles of 16 for 289 outputs: 0.35
+        ({"c": 256, "m": 256, "hw": 14, "pad": 2}, None),
+        ({"c": 256, "m": 256, "hw": 14, "stride": 2}, None),
+        ({"c": 256, "m": 256, "hw": 14, "kernel": 5, "pad": 2}, None),
+        ({"c": 128, "m": 256, "hw": 14, "group": 2}, None),
+        ({"c": 256, "m": 256, "hw": 14, "dtype": "float16"}, None),
     ],
 )
 def test_which_convs_take_winograd(case, taken):
-    assert _fits(**case) == taken
+    assert _fits(**case) is taken
 
 
 def test_its_kernels_and_their_schedules():
@@ -135,6 +148,18 @@ def test_its_kernels_and_their_schedules():
     trees = [default_schedule(k, program.buffers).tree for k in program.kernels]
     assert "ukernel" in trees[1]  # the 16 GEMMs take the micro-kernel
     assert "vectorize" in trees[0]  # along the tiles of a row
-    assert "vectorize" in trees[2]  # a tile's columns in vectors, stored a lane at a time
+    # both passes of the output transform in vectors: along its rows, then down its
+    # columns (written every other column, stored a lane at a time)
+    assert trees[2].count("vectorize") == 4
     for tree in (trees[0], trees[2]):  # a channel at a time, the channels on threads
         assert tree.count("parallel") == 1
+
+
+def test_a_4x4_tile_conv_has_36_gemms_and_vector_transforms():
+    program = lower_model(square_conv_model(64, 64, 28, 3, 1, 1))
+    u = next(b for name, b in program.constants.items() if name.startswith("w_winograd"))
+    assert u.shape == (36, 64, 64)
+    trees = [default_schedule(k, program.buffers).tree for k in program.kernels]
+    assert "ukernel" in trees[1]
+    assert trees[0].count("vectorize") == 2 + 6 + 6  # the copy, down, across
+    assert trees[2].count("vectorize") == 8

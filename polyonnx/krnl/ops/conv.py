@@ -16,8 +16,8 @@ an existential (stride) constraint::
         over exists e: o + p - d*k = s*e and 0 <= e < size
 
 The group dim ``g`` only appears when ``group > 1``. Big 3x3 stride-1 Convs take
-Winograd's F(2x2, 3x3) instead (krnl/ops/winograd.py), strided ones the phases of their
-input (krnl/ops/phases.py). float16 sums accumulate in a float32
+Winograd's F(2x2, 3x3) or F(4x4, 3x3) instead (krnl/ops/winograd.py), strided ones the
+phases of their input (krnl/ops/phases.py). float16 sums accumulate in a float32
 temp and are rounded once at the end. :class:`Axis` and :func:`window` (the sliding-window
 geometry: auto_pad, pads, strides, dilations, ceil_mode) are shared with the pools;
 :func:`channels` and :func:`contraction` with QLinearConv (krnl/ops/quant.py).
@@ -462,8 +462,9 @@ def lower_conv(ctx: LowerContext, node: Node) -> None:
     acc = accumulator(ctx, out)
 
     weights = ctx.constant(node.inputs[1])
-    if not integer and winograd.fits(x, weights, axes, ch.group):
-        winograd.lower(ctx, node, x, weights, axes, out)
+    variant = None if integer else winograd.fits(x, weights, axes, ch.group)
+    if variant is not None:
+        winograd.lower(ctx, node, x, weights, axes, out, variant)
         return
     plan = None if integer or _depthwise_2d(ch, axes, x) else phases.plan(axes, x, weights)
     if plan is not None:  # V, not W, is read: W is not registered

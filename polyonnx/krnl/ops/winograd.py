@@ -1,30 +1,37 @@
-"""3x3 stride-1 Convs by Winograd's minimal filtering, F(2x2, 3x3).
+"""3x3 stride-1 Convs by Winograd's minimal filtering, F(2x2, 3x3) or F(4x4, 3x3).
 
-Each 2x2 block of outputs (a tile) is computed from the 4x4 input window around it with
-16 multiplications per (output, input) channel pair instead of 36: the window and the
-3x3 filter are carried into a transformed space where the convolution is an elementwise
-product, summed over input channels, then carried back. The sum over channels is 16
-independent GEMMs, one per point ``t`` of the transformed 4x4 tile, which take the
-register-blocked GEMM micro-kernel like any batched MatMul. Three kernels::
+Each s x s block of outputs (a tile; s = 2 or 4) is computed from the w x w input window
+around it (w = s + 2) with w^2 multiplications per (output, input) channel pair instead of
+9 s^2: the window and the 3x3 filter are carried into a transformed space where the
+convolution is an elementwise product, summed over input channels, then carried back.
+The sum over channels is w^2 independent GEMMs, one per point ``t`` of the transformed
+tile, which take the register-blocked GEMM micro-kernel like any batched MatMul. Three
+kernels, each transform done along one side of the window at a time (``_input_kernel``,
+``_output_kernel``)::
 
-    <node>.winograd_input   P[n, c, i, j] = X zero-padded to 2*TY + 2 rows, 2*TX + 2 columns
-                            V[t, c, q] = (BT P_q BT^T)[t]      (16 stmts, 4 terms each)
+    <node>.winograd_input   P = X zero-padded to s*TY + 2 rows, s*TX + 2 columns
+                            V[t, c, q] = (BT P_q BT^T)[t]
     <node>                  M[t, m, q] = 0;  M[t, m, q] += U[t, m, c] * V[t, c, q]
-    <node>.winograd_output  Y[n, m, 2*ty + dy, 2*tx + dx] = B[m] + (AT M_q AT^T)[dy, dx]
+    <node>.winograd_output  Y[n, m, s*ty + dy, s*tx + dx] = B[m] + (AT M_q AT^T)[dy, dx]
 
-over the TY x TX tiles of each image, ``q = (n*TY + ty)*TX + tx``, P_q the 4x4 window of
-P at (2*ty, 2*tx). U = G g G^T, the transformed weights, is computed once when lowering.
-BT and AT hold 0 and +-1 and G +-1/2, so results differ from the direct sum by rounding
-only (the same order of error; checked against numpy in tests/krnl/test_winograd.py).
-The GEMM kernel keeps the node's name: a schedule script or the tuner that picks the
-node's Conv gets its contraction. The input transform's passes share the copy's batch and
-channel dims, so the default schedule runs the kernel a channel at a time (TRANSFORMS in
-schedule/default.py).
+over the TY x TX tiles of each image, ``q = (n*TY + ty)*TX + tx``, P_q the w x w window
+of P at (s*ty, s*tx). U = G g G^T, the transformed weights, is computed once when
+lowering (in float64). F(2x2)'s BT and AT hold 0 and +-1 and G +-1/2, so its results
+differ from the direct sum by rounding only; F(4x4)'s hold up to 5 and 8 and G 1/24, so
+its error is some ten to twenty times that, as other Winograd implementations accept:
+largest errors 3e-5 to 1e-4 on outputs of scale 5 at 64 to 512 channels, against F(2x2)'s
+2e-6 to 5e-6 (both are checked against numpy in tests/krnl/test_winograd.py). It does
+36 multiplications for 16 outputs where F(2x2) does 64: on planes of F4_PLANE outputs a
+side and more. The GEMM kernel keeps the node's name: a schedule script or the tuner that picks the
+node's Conv gets its contraction. The transforms' passes share the batch and channel
+dims, so the default schedule runs each transform kernel a channel at a time
+(TRANSFORMS in schedule/default.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,14 +39,76 @@ from polyonnx.frontend.graph import Node
 from polyonnx.krnl import build as kb
 from polyonnx.krnl.ir import Buffer, Expr, Statement
 from polyonnx.krnl.lower import LowerContext
-from polyonnx.krnl.ops.conv import Axis, conv_bias, domain, padded_copy
+from polyonnx.krnl.ops.conv import Axis, conv_bias, domain
 
-BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
-G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=np.float64)
-AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64)
+
+@dataclass(frozen=True)
+class Variant:
+    """F(m x m, 3x3): tiles of ``tile`` x ``tile`` outputs from windows of tile + 2
+    inputs; ``bt``, ``g`` and ``at`` carry a window, a filter and a transformed tile."""
+
+    tile: int
+    bt: np.ndarray
+    g: np.ndarray
+    at: np.ndarray
+
+    @property
+    def window(self) -> int:
+        return self.tile + 2
+
+
+F2 = Variant(
+    2,
+    np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64),
+    np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], dtype=np.float64),
+    np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64),
+)
+F4 = Variant(
+    4,
+    np.array(
+        [
+            [4, 0, -5, 0, 1, 0],
+            [0, -4, -4, 1, 1, 0],
+            [0, 4, -4, -1, 1, 0],
+            [0, -2, -1, 2, 1, 0],
+            [0, 2, -1, -2, 1, 0],
+            [0, 4, 0, -5, 0, 1],
+        ],
+        dtype=np.float64,
+    ),
+    np.array(
+        [
+            [1 / 4, 0, 0],
+            [-1 / 6, -1 / 6, -1 / 6],
+            [-1 / 6, 1 / 6, -1 / 6],
+            [1 / 24, 1 / 12, 1 / 6],
+            [1 / 24, -1 / 12, 1 / 6],
+            [0, 0, 1],
+        ],
+        dtype=np.float64,
+    ),
+    np.array(
+        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+        dtype=np.float64,
+    ),
+)
+
+F4_PLANE = 16
+F4_CHANNEL_PAIRS = 64 * 64
+"""Output size a side and channel pairs from which a Conv takes F(4x4, 3x3). Measured
+Zen 3, 1 thread, per layer, one process, F(2x2) (or direct, below CHANNEL_PAIRS) ->
+F(4x4): 64 -> 64 at 56x56 (direct) 0.74 of the time, 128 -> 128 at 28 0.86, 64 -> 128
+at 112 0.70, 256 -> 256 at 28 0.80, 256 -> 256 at 56 0.68, 512 -> 512 at 28 0.75,
+64 -> 64 at 224 (direct) 0.70, 128 -> 32 at 56 (direct) 0.87, 32 -> 128 at 27 (direct)
+0.92; but 256 -> 256 at 14 (16 tiles) 0.98, 512 -> 512 at 7 (4 tiles: a GEMM of 4
+columns) 4.6, and 16 -> 64 at 55 (direct) 1.05. Light models, ratio to onnxruntime in
+alternating rounds, without -> with F(4x4): ResNet-50 1 thread 1.013 -> 0.968, 2
+threads 1.009 -> 0.972; VGG-19 0.758 -> 0.549, 2 threads 0.791 -> 0.625; DenseNet-121
+0.934 -> 0.874; Inception v2 0.961 -> 0.869; SqueezeNet 1.092 -> 1.032; Inception v1
+0.651 -> 0.649."""
 
 CHANNEL_PAIRS = 64 * 128
-"""(Output, input) channel pairs from which a 3x3 Conv takes Winograd's path: below, the
+"""(Output, input) channel pairs from which a 3x3 Conv takes F(2x2, 3x3): below, the
 two transforms (passes over 4x the input's and output's bytes) cost what the GEMMs save.
 Measured 1 thread, per layer, ratio to onnxruntime, direct -> Winograd: 64 -> 64 at
 56x56 1.03 -> 1.03 (another run 0.98 -> 0.86; light ResNet-50 alike with or without its
@@ -48,94 +117,165 @@ three), 64 -> 128 at 56 1.00 -> 0.82, 128 -> 64 at 56 1.00 -> 0.84, 128 -> 128 a
 at 56 1.12 -> 0.65, 128 -> 128 at 112 1.07 -> 0.76, 64 -> 128 at 112 1.08 -> 0.90."""
 
 TILE_WORK = 0.6
-"""The most multiplications a Winograd Conv may do per direct one: 16 a tile against 9 an
-output, tiles that stick out of an odd-sized output counted whole. A 7x7 output (16
-tiles for 49 outputs) does 0.58 and measured 0.69 of onnxruntime's time at 512 channels;
+"""The most multiplications a Winograd Conv may do per direct one: w^2 a tile against 9 an
+output, tiles that stick out of an odd-sized output counted whole. F(2x2) on a 7x7 output
+(16 tiles for 49 outputs) does 0.58 and measured 0.69 of onnxruntime's time at 512 channels;
 a 5x5 one would do 0.64, a 3x3 one 0.79."""
 
 
-def fits(x: Buffer, weights: np.ndarray | None, axes: Sequence[Axis], group: int) -> bool:
-    """Whether this Conv runs by F(2x2, 3x3): float32, 2-D, 3x3, stride and dilation 1,
+def fits(x: Buffer, weights: np.ndarray | None, axes: Sequence[Axis], group: int) -> Variant | None:
+    """The variant this Conv runs by, or None: float32, 2-D, 3x3, stride and dilation 1,
     one group, pads of at most 1, constant weights, at least CHANNEL_PAIRS channel pairs,
-    and at most TILE_WORK multiplications per direct one."""
+    and at most TILE_WORK multiplications per direct one; F4 from F4_PLANE outputs a side
+    and F4_CHANNEL_PAIRS pairs."""
     if weights is None or x.dtype != "float32" or group != 1 or len(axes) != 2:
-        return False
+        return None
     if not all(a.kernel == 3 and a.stride == 1 and a.dilation == 1 for a in axes):
-        return False
+        return None
     if not all(a.pad <= 1 and a.pad_end <= 1 for a in axes):
-        return False
+        return None
     oh, ow = (a.out for a in axes)
-    tiles = -(-oh // 2) * -(-ow // 2)
     pairs = weights.shape[0] * weights.shape[1]
-    return pairs >= CHANNEL_PAIRS and 16 * tiles <= TILE_WORK * 9 * oh * ow
+    for variant, least_pairs, least_side in (
+        (F4, F4_CHANNEL_PAIRS, F4_PLANE),
+        (F2, CHANNEL_PAIRS, 1),
+    ):
+        tiles = -(-oh // variant.tile) * -(-ow // variant.tile)
+        work = variant.window**2 * tiles <= TILE_WORK * 9 * oh * ow
+        if pairs >= least_pairs and min(oh, ow) >= least_side and work:
+            return variant
+    return None
 
 
-def weights_transform(weights: np.ndarray) -> np.ndarray:
-    """U[t, m, c] = (G g G^T)[t] for each 3x3 filter g = W[m, c]: [16, M, C] float32
-    (computed in float64)."""
-    u = G @ weights.astype(np.float64) @ G.T  # [M, C, 4, 4]
-    return np.ascontiguousarray(u.reshape(*weights.shape[:2], 16).transpose(2, 0, 1), np.float32)
+def weights_transform(weights: np.ndarray, variant: Variant) -> np.ndarray:
+    """U[t, m, c] = (G g G^T)[t] for each 3x3 filter g = W[m, c]: [window^2, M, C]
+    float32 (computed in float64)."""
+    u = variant.g @ weights.astype(np.float64) @ variant.g.T  # [M, C, window, window]
+    points = variant.window**2
+    return np.ascontiguousarray(
+        u.reshape(*weights.shape[:2], points).transpose(2, 0, 1), np.float32
+    )
 
 
-def _tile_sum(left: np.ndarray, right: np.ndarray, load) -> Expr:
-    """``sum over (i, j) of left[i] * right[j] * load(i, j)`` for coefficients of 0 and
-    +-1 (one row of BT or AT each side): adds and subtracts of the nonzero terms only."""
-    pairs = [(i, j) for i in range(len(left)) for j in range(len(right)) if left[i] * right[j]]
-    plus = [load(i, j) for i, j in pairs if left[i] * right[j] > 0]
-    minus = [load(i, j) for i, j in pairs if left[i] * right[j] < 0]
-    total = plus[0] if plus else kb.unary("neg", minus.pop(0))
-    for e in plus[1:]:
-        total = kb.binary("add", total, e)
-    for e in minus:
-        total = kb.binary("sub", total, e)
+def _combination(coeffs: np.ndarray, load) -> Expr:
+    """``sum over i of coeffs[i] * load(i)``, the nonzero terms only (+-1 as an add or a
+    subtract)."""
+    total = None
+    for i, k in enumerate(coeffs):
+        if k == 0:
+            continue
+        term = load(i)
+        if abs(k) != 1:
+            term = kb.binary("mul", kb.const(float(abs(k)), "float32"), term)
+        if total is None:
+            total = term if k > 0 else kb.unary("neg", term)
+        else:
+            total = kb.binary("add" if k > 0 else "sub", total, term)
     return total
 
 
 def lower(
-    ctx: LowerContext, node: Node, x: Buffer, weights: np.ndarray, axes: Sequence[Axis], out: Buffer
+    ctx: LowerContext,
+    node: Node,
+    x: Buffer,
+    weights: np.ndarray,
+    axes: Sequence[Axis],
+    out: Buffer,
+    variant: Variant,
 ) -> None:
     """The three kernels of the module docstring."""
     n, c = x.shape[:2]
-    oh, ow = (a.out for a in axes)
-    ty, tx = -(-oh // 2), -(-ow // 2)
-    v = ctx.temp(f"{out.name}.winograd_v", (16, c, n * ty * tx), "float32")
-    _input_kernel(ctx, node, x, axes, v, (ty, tx))
-    u = ctx.table(f"{node.inputs[1]}_winograd", weights_transform(weights))
-    m = ctx.temp(f"{out.name}.winograd_m", (16, weights.shape[0], n * ty * tx), "float32")
+    tiles = tuple(-(-a.out // variant.tile) for a in axes)
+    columns = n * tiles[0] * tiles[1]
+    points = variant.window**2
+    v = ctx.temp(f"{out.name}.winograd_v", (points, c, columns), "float32")
+    _input_kernel(ctx, node, x, axes, v, tiles, variant)
+    u = ctx.table(f"{node.inputs[1]}_winograd", weights_transform(weights, variant))
+    m = ctx.temp(f"{out.name}.winograd_m", (points, weights.shape[0], columns), "float32")
     _gemm_kernel(ctx, node, u, v, m)
-    _output_kernel(ctx, node, m, out, (ty, tx))
+    _output_kernel(ctx, node, m, out, tiles, variant)
 
 
 def _input_kernel(
-    ctx: LowerContext, node: Node, x: Buffer, axes: Sequence[Axis], v: Buffer, tiles
+    ctx: LowerContext, node: Node, x: Buffer, axes: Sequence[Axis], v: Buffer, tiles, variant
 ) -> None:
-    ty, tx = tiles
-    # the padded copy spans every tile's window: 2*T + 2 rows and columns
-    wide = [
-        Axis(a.size, 3, 1, 1, a.pad, a.pad_end, 2 * t) for a, t in zip(axes, tiles, strict=True)
-    ]
-    padded, stmts = padded_copy(
-        ctx, x, wide, kb.const(0, x.dtype), f"{v.name}.padded", flat=False, lead=("pn", "pc")
-    )
-    dims = ["pn", "pc", "vy", "vx"]  # the copy's batch and channel dims
-    q = f"({ty}*pn + vy)*{tx} + vx"
-    for t in range(16):
-        name = f"S{len(stmts)}"
-        a, b = divmod(t, 4)
+    """V = BT P_q BT^T, down the window's columns, then along its rows::
 
-        def window(i: int, j: int, name: str = name) -> Expr:
-            index = ["pn", "pc", f"2*vy + {i}", f"2*vx + {j}"]
+    T[n, c, a, vy, r, u] = sum over i of BT[a, i] P[n, c, s*vy + i, r, u]
+    V[a*w + b, c, q] = sum over j of BT[b, j] T[n, c, a, vy, j % s, vx + j // s]
+    """
+    ty, tx = tiles
+    s, w = variant.tile, variant.window
+    padded, stmts = _split_copy(ctx, x, axes, tiles, s, f"{v.name}.padded")
+    half = padded.shape[-1]
+    t = ctx.temp(f"{v.name}.columns", (*x.shape[:2], w, ty, s, half), x.dtype)
+    dims = ["pn", "pc", "vy", "r", "u"]  # the copy's batch and channel dims
+    for a in range(w):
+        name = f"S{len(stmts)}"
+
+        def down(i: int, name: str = name) -> Expr:
+            index = ["pn", "pc", f"{s}*vy + {i}", "r", "u"]
             return kb.load(kb.access(padded.name, name, dims, index), x.dtype)
 
         stmts.append(
             Statement(
                 name,
-                kb.box(name, dims, (x.shape[0], x.shape[1], ty, tx)),
-                kb.access(v.name, name, dims, [str(t), "pc", q]),
-                _tile_sum(BT[a], BT[b], window),
+                kb.box(name, dims, (*x.shape[:2], ty, s, half)),
+                kb.access(t.name, name, dims, ["pn", "pc", str(a), "vy", "r", "u"]),
+                _combination(variant.bt[a], down),
+            )
+        )
+    dims = ["pn", "pc", "a", "vy", "vx"]
+    q = f"({ty}*pn + vy)*{tx} + vx"
+    for b in range(w):
+        name = f"S{len(stmts)}"
+
+        def across(j: int, name: str = name) -> Expr:
+            index = ["pn", "pc", "a", "vy", str(j % s), f"vx + {j // s}"]
+            return kb.load(kb.access(t.name, name, dims, index), x.dtype)
+
+        stmts.append(
+            Statement(
+                name,
+                kb.box(name, dims, (x.shape[0], x.shape[1], w, ty, tx)),
+                kb.access(v.name, name, dims, [f"{w}*a + {b}", "pc", q]),
+                _combination(variant.bt[b], across),
             )
         )
     ctx.kernel(node, stmts, ".winograd_input", "WinogradInput")
+
+
+def _split_copy(
+    ctx: LowerContext, x: Buffer, axes: Sequence[Axis], tiles, s: int, hint: str
+) -> tuple[Buffer, list[Statement]]:
+    """X zero-padded to s*TY + 2 rows of s*TX + 2 columns, each row stored as s runs of
+    every s-th column: P[n, c, y, r, u] holds padded column s*u + r. A tile's window
+    column j is then P[.., j % s, tx + j // s], contiguous along the tiles, where the
+    padded row itself would be read every s-th column::
+
+        S0: P[n, c, y, r, u] = 0                         (the pad cells only)
+        S1: P[n, c, y + top, r, u] = X[n, c, y, s*u + r - left]
+    """
+    (h, top), (w, left) = ((a.size, a.pad) for a in axes)
+    rows, half = s * tiles[0] + 2, tiles[1] + 1
+    shape = (*x.shape[:2], rows, s, half)
+    src = ctx.temp(hint, shape, x.dtype)
+    dims = ["pn", "pc", "y", "r", "u"]
+    column = f"{s}*u + r - {left}"
+    pad = f"(y < {top} or y >= {top + h} or {column} < 0 or {column} >= {w})"
+    pad_cells = Statement(
+        "S0",
+        domain("S0", dims, shape, [pad]),
+        kb.access(src.name, "S0", dims, dims),
+        kb.const(0, x.dtype),
+    )
+    copy = Statement(
+        "S1",
+        domain("S1", dims, (*x.shape[:2], h, s, half), [f"0 <= {column} < {w}"]),
+        kb.access(src.name, "S1", dims, ["pn", "pc", f"y + {top}", "r", "u"]),
+        kb.load(kb.access(x.name, "S1", dims, ["pn", "pc", "y", column]), x.dtype),
+    )
+    return src, [pad_cells, copy]
 
 
 def _gemm_kernel(ctx: LowerContext, node: Node, u: Buffer, v: Buffer, m: Buffer) -> None:
@@ -162,31 +302,53 @@ def _gemm_kernel(ctx: LowerContext, node: Node, u: Buffer, v: Buffer, m: Buffer)
     ctx.kernel(node, [init, update])
 
 
-def _output_kernel(ctx: LowerContext, node: Node, m: Buffer, out: Buffer, tiles) -> None:
+def _output_kernel(ctx: LowerContext, node: Node, m: Buffer, out: Buffer, tiles, variant) -> None:
+    """Y = B + AT M_q AT^T, along the tile's rows, then down its columns::
+
+    R[n, m, a, ty, dx, tx] = sum over b of AT[dx, b] M[a*w + b, m, q]
+    Y[n, m, s*ty + dy, s*tx + dx] = B[m] + sum over a of AT[dy, a] R[n, m, a, ty, dx, tx]
+    """
     ty, tx = tiles
-    oh, ow = out.shape[2:]
+    s, w = variant.tile, variant.window
+    n, channels, oh, ow = out.shape
     bias = conv_bias(ctx, node, out)
-    dims = ["n", "m", "ty", "tx"]
+    r = ctx.temp(f"{out.name}.winograd_rows", (n, channels, w, ty, s, tx), "float32")
+    dims = ["n", "m", "a", "ty", "tx"]
     q = f"({ty}*n + ty)*{tx} + tx"
     stmts = []
-    for dy in range(2):
-        for dx in range(2):
-            name = f"S{len(stmts)}"
+    for dx in range(s):
+        name = f"S{len(stmts)}"
 
-            def product(a: int, b: int, name: str = name) -> Expr:
-                return kb.load(kb.access(m.name, name, dims, [str(4 * a + b), "m", q]), m.dtype)
+        def along(b: int, name: str = name) -> Expr:
+            return kb.load(kb.access(m.name, name, dims, [f"{w}*a + {b}", "m", q]), m.dtype)
 
-            value = _tile_sum(AT[dy], AT[dx], product)
-            if bias is not None:
-                b = kb.load(kb.access(bias.name, name, dims, ["m"]), bias.dtype)
-                value = kb.binary("add", value, b)
-            inside = [f"2*ty + {dy} < {oh}", f"2*tx + {dx} < {ow}"]
-            stmts.append(
-                Statement(
-                    name,
-                    domain(name, dims, (out.shape[0], out.shape[1], ty, tx), inside),
-                    kb.access(out.name, name, dims, ["n", "m", f"2*ty + {dy}", f"2*tx + {dx}"]),
-                    value,
-                )
+        stmts.append(
+            Statement(
+                name,
+                kb.box(name, dims, (n, channels, w, ty, tx)),
+                kb.access(r.name, name, dims, ["n", "m", "a", "ty", str(dx), "tx"]),
+                _combination(variant.at[dx], along),
             )
+        )
+    dims = ["n", "m", "ty", "dx", "tx"]
+    for dy in range(s):
+        name = f"S{len(stmts)}"
+
+        def down(a: int, name: str = name) -> Expr:
+            index = ["n", "m", str(a), "ty", "dx", "tx"]
+            return kb.load(kb.access(r.name, name, dims, index), r.dtype)
+
+        value = _combination(variant.at[dy], down)
+        if bias is not None:
+            b = kb.load(kb.access(bias.name, name, dims, ["m"]), bias.dtype)
+            value = kb.binary("add", value, b)
+        inside = [f"{s}*ty + {dy} < {oh}", f"{s}*tx + dx < {ow}"]
+        stmts.append(
+            Statement(
+                name,
+                domain(name, dims, (n, channels, ty, s, tx), inside),
+                kb.access(out.name, name, dims, ["n", "m", f"{s}*ty + {dy}", f"{s}*tx + dx"]),
+                value,
+            )
+        )
     ctx.kernel(node, stmts, ".winograd_output", "WinogradOutput")
