@@ -45,6 +45,7 @@ def _direct_convs():
     """No Conv of this module takes Winograd's path."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(winograd, "CHANNEL_PAIRS", 1 << 62)
+        patch.setattr(winograd, "F4_CHANNEL_PAIRS", 1 << 62)
         yield
 
 

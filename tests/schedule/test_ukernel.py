@@ -510,6 +510,7 @@ def test_avx2_k_blocks_of_a_conv_read_in_place(c, hw, kc, monkeypatch):
     """Whole windows of every channel, up to 4608 taps (AVX2_PREFETCHED_TAPS_KC), where
     the Conv stays direct (not Winograd's, krnl/ops/winograd.py)."""
     monkeypatch.setattr(winograd, "CHANNEL_PAIRS", 1 << 62)
+    monkeypatch.setattr(winograd, "F4_CHANNEL_PAIRS", 1 << 62)
     model = square_conv_model(c, c, hw, 3)
     params = _default_params(model)
     assert (params.packb, params.kc) == (0, kc)
