@@ -357,6 +357,7 @@ def test_a_batch_of_small_gemms_runs_its_batch_loop_on_threads():
         (_matmul_model((1024, 1024), (1024, 1024), (1024, 1024)), False),  # 1024 rows
         (_matmul_model((16, 64), (64, 64), (16, 64)), True),  # too few rows to pack for
         (_matmul_model((68, 68), (68, 196), (68, 196)), True),  # few rows, short K
+        (_matmul_model((128, 128), (128, 16384), (128, 16384)), False),  # short, B 8 MB
         (_matmul_model((128, 256), (256, 784), (128, 784)), False),  # K 256
         (_matmul_model((64, 1024), (1024, 1024), (64, 1024)), False),  # B 4 MB: memory
         (_matmul_model((8, 1024), (1024, 1024), (8, 1024)), True),  # too few rows
