@@ -7,6 +7,8 @@ schedule is legal when it keeps every such pair in its original order.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import islpy as isl
 
 from polyonnx.errors import ScheduleError
@@ -50,6 +52,20 @@ def dependences(kernel: Kernel, order: isl.UnionMap | None = None) -> isl.UnionM
     """Every (earlier → later) pair of instances that conflict on a buffer element, in the
     kernel's original order, or in ``order`` (a schedule map defining the semantics, as
     after a pack, whose scratch buffer is refilled per tile)."""
+    if order is None:
+        return _in_original_order(kernel)
+    return _dependences(kernel, order)
+
+
+@lru_cache(maxsize=16)
+def _in_original_order(kernel: Kernel) -> isl.UnionMap:
+    """:func:`dependences` in the original order, kept for the next few kernels: a default
+    schedule asks for them more than once (row fusion, then threads), and for a Winograd
+    Conv's transform kernels each time took a tenth of a second."""
+    return _dependences(kernel, None)
+
+
+def _dependences(kernel: Kernel, order: isl.UnionMap | None) -> isl.UnionMap:
     reads, writes = access_relations(kernel)
     conflicts = (
         writes.apply_range(writes.reverse())
