@@ -22,14 +22,16 @@ its error is some ten to twenty times that, as other Winograd implementations ac
 largest errors 3e-5 to 1e-4 on outputs of scale 5 at 64 to 512 channels, against F(2x2)'s
 2e-6 to 5e-6 (both are checked against numpy in tests/krnl/test_winograd.py). It does
 36 multiplications for 16 outputs where F(2x2) does 64: on planes of F4_PLANE outputs a
-side and more. The GEMM kernel keeps the node's name: a schedule script or the tuner that picks the
-node's Conv gets its contraction. The transforms' passes share the batch and channel
+side and more. The GEMM kernel keeps the node's name: a schedule script or the tuner
+that picks the node's Conv gets its contraction. The transforms' passes share the batch and channel
 dims, so the default schedule runs each transform kernel a channel at a time
 (TRANSFORMS in schedule/default.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,7 +39,7 @@ import numpy as np
 
 from polyonnx.frontend.graph import Node
 from polyonnx.krnl import build as kb
-from polyonnx.krnl.ir import Buffer, Expr, Statement
+from polyonnx.krnl.ir import Access, Buffer, Expr, Statement
 from polyonnx.krnl.lower import LowerContext
 from polyonnx.krnl.ops.conv import Axis, conv_bias, domain
 
@@ -55,6 +57,10 @@ class Variant:
     @property
     def window(self) -> int:
         return self.tile + 2
+
+    def tiles(self, outs: Sequence[int]) -> tuple[int, ...]:
+        """Tiles along each output axis of ``outs`` outputs (the last may stick out)."""
+        return tuple(-(-o // self.tile) for o in outs)
 
 
 F2 = Variant(
@@ -140,7 +146,7 @@ def fits(x: Buffer, weights: np.ndarray | None, axes: Sequence[Axis], group: int
         (F4, F4_CHANNEL_PAIRS, F4_PLANE),
         (F2, CHANNEL_PAIRS, 1),
     ):
-        tiles = -(-oh // variant.tile) * -(-ow // variant.tile)
+        tiles = math.prod(variant.tiles((oh, ow)))
         work = variant.window**2 * tiles <= TILE_WORK * 9 * oh * ow
         if pairs >= least_pairs and min(oh, ow) >= least_side and work:
             return variant
@@ -155,6 +161,18 @@ def weights_transform(weights: np.ndarray, variant: Variant) -> np.ndarray:
     return np.ascontiguousarray(
         u.reshape(*weights.shape[:2], points).transpose(2, 0, 1), np.float32
     )
+
+
+def _pass(
+    name: str, dims: list[str], where: str, write: Access, coeffs: np.ndarray, src: Buffer, index
+) -> Statement:
+    """One pass of a transform: ``write = sum over i of coeffs[i] * src[index(i)]`` over
+    the domain ``where``."""
+
+    def load(i: int) -> Expr:
+        return kb.load(kb.access(src.name, name, dims, index(i)), src.dtype)
+
+    return Statement(name, where, write, _combination(coeffs, load))
 
 
 def _combination(coeffs: np.ndarray, load) -> Expr:
@@ -185,7 +203,7 @@ def lower(
 ) -> None:
     """The three kernels of the module docstring."""
     n, c = x.shape[:2]
-    tiles = tuple(-(-a.out // variant.tile) for a in axes)
+    tiles = variant.tiles([a.out for a in axes])
     columns = n * tiles[0] * tiles[1]
     points = variant.window**2
     v = ctx.temp(f"{out.name}.winograd_v", (points, c, columns), "float32")
@@ -212,34 +230,30 @@ def _input_kernel(
     dims = ["pn", "pc", "vy", "r", "u"]  # the copy's batch and channel dims
     for a in range(w):
         name = f"S{len(stmts)}"
-
-        def down(i: int, name: str = name) -> Expr:
-            index = ["pn", "pc", f"{s}*vy + {i}", "r", "u"]
-            return kb.load(kb.access(padded.name, name, dims, index), x.dtype)
-
         stmts.append(
-            Statement(
+            _pass(
                 name,
+                dims,
                 kb.box(name, dims, (*x.shape[:2], ty, s, half)),
                 kb.access(t.name, name, dims, ["pn", "pc", str(a), "vy", "r", "u"]),
-                _combination(variant.bt[a], down),
+                variant.bt[a],
+                padded,
+                lambda i: ["pn", "pc", f"{s}*vy + {i}", "r", "u"],
             )
         )
     dims = ["pn", "pc", "a", "vy", "vx"]
     q = f"({ty}*pn + vy)*{tx} + vx"
     for b in range(w):
         name = f"S{len(stmts)}"
-
-        def across(j: int, name: str = name) -> Expr:
-            index = ["pn", "pc", "a", "vy", str(j % s), f"vx + {j // s}"]
-            return kb.load(kb.access(t.name, name, dims, index), x.dtype)
-
         stmts.append(
-            Statement(
+            _pass(
                 name,
+                dims,
                 kb.box(name, dims, (x.shape[0], x.shape[1], w, ty, tx)),
                 kb.access(v.name, name, dims, [f"{w}*a + {b}", "pc", q]),
-                _combination(variant.bt[b], across),
+                variant.bt[b],
+                t,
+                lambda j: ["pn", "pc", "a", "vy", str(j % s), f"vx + {j // s}"],
             )
         )
     ctx.kernel(node, stmts, ".winograd_input", "WinogradInput")
@@ -318,37 +332,32 @@ def _output_kernel(ctx: LowerContext, node: Node, m: Buffer, out: Buffer, tiles,
     stmts = []
     for dx in range(s):
         name = f"S{len(stmts)}"
-
-        def along(b: int, name: str = name) -> Expr:
-            return kb.load(kb.access(m.name, name, dims, [f"{w}*a + {b}", "m", q]), m.dtype)
-
         stmts.append(
-            Statement(
+            _pass(
                 name,
+                dims,
                 kb.box(name, dims, (n, channels, w, ty, tx)),
                 kb.access(r.name, name, dims, ["n", "m", "a", "ty", str(dx), "tx"]),
-                _combination(variant.at[dx], along),
+                variant.at[dx],
+                m,
+                lambda b: [f"{w}*a + {b}", "m", q],
             )
         )
     dims = ["n", "m", "ty", "dx", "tx"]
     for dy in range(s):
         name = f"S{len(stmts)}"
-
-        def down(a: int, name: str = name) -> Expr:
-            index = ["n", "m", str(a), "ty", "dx", "tx"]
-            return kb.load(kb.access(r.name, name, dims, index), r.dtype)
-
-        value = _combination(variant.at[dy], down)
+        inside = [f"{s}*ty + {dy} < {oh}", f"{s}*tx + dx < {ow}"]
+        stmt = _pass(
+            name,
+            dims,
+            domain(name, dims, (n, channels, ty, s, tx), inside),
+            kb.access(out.name, name, dims, ["n", "m", f"{s}*ty + {dy}", f"{s}*tx + dx"]),
+            variant.at[dy],
+            r,
+            lambda a: ["n", "m", str(a), "ty", "dx", "tx"],
+        )
         if bias is not None:
             b = kb.load(kb.access(bias.name, name, dims, ["m"]), bias.dtype)
-            value = kb.binary("add", value, b)
-        inside = [f"{s}*ty + {dy} < {oh}", f"{s}*tx + dx < {ow}"]
-        stmts.append(
-            Statement(
-                name,
-                domain(name, dims, (n, channels, ty, s, tx), inside),
-                kb.access(out.name, name, dims, ["n", "m", f"{s}*ty + {dy}", f"{s}*tx + dx"]),
-                value,
-            )
-        )
+            stmt = dataclasses.replace(stmt, expr=kb.binary("add", stmt.expr, b))
+        stmts.append(stmt)
     ctx.kernel(node, stmts, ".winograd_output", "WinogradOutput")
