@@ -407,9 +407,8 @@ class _KernelWalker:
         stride, and no computed-index read (whose lanes past the end could not be
         masked). An update in place (``y[i] += ...``) keeps the scalar tail: on Zen 4 a
         masked store does not forward to the next masked load of it, and a pool's taps
-        update each row in turn
-        (a 3x3 AveragePool on 14x14 planes ran 2.7x slower masked), unless it reads with
-        a stride, whose scalar tail costs more still."""
+        update each row in turn (a 3x3 AveragePool on 14x14 planes ran 2.7x slower
+        masked), unless it reads with a stride, whose scalar tail costs more still."""
         strided = False
         for inst in users:
             write = inst.accesses[inst.stmt.write].steps.get(name)
