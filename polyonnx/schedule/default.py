@@ -202,10 +202,9 @@ TRANSFORM_POINTS = 1 << 14
 """Work (as :func:`_work` counts it) from which each pass of a Winograd Conv's input or
 output transform (krnl/ops/winograd.py) runs on threads: its points are sums of several
 values, several times the cost of the points PARALLEL_POINTS counts, and its passes are
-each far below that. Measured 2 threads,
-light models to onnxruntime, one process, serial -> threaded (1 << 16 alike): ResNet-50
-0.983 -> 0.959 and 1.045 -> 1.024, VGG-19 0.806 -> 0.729, AlexNet 0.774 -> 0.746,
-SqueezeNet 0.971 -> 0.966."""
+each far below that. Measured 2 threads, light models to onnxruntime, one process, serial
+-> threaded (1 << 16 alike): ResNet-50 0.983 -> 0.959 and 1.045 -> 1.024, VGG-19 0.806 ->
+0.729, AlexNet 0.774 -> 0.746, SqueezeNet 0.971 -> 0.966."""
 
 
 def _gemm_params(geo: Geometry, lanes: int) -> Params | None:
