@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import polyonnx
+from polyonnx.emit.target import host_target
 from polyonnx.krnl.ir import Buffer
 from polyonnx.krnl.ops import winograd
 from polyonnx.krnl.ops.conv import Axis
@@ -52,9 +53,14 @@ def _every_3x3_conv(variant=winograd.F2):
         yield
 
 
-PARAMS = [{}, {"mr": 3, "nr": 8, "kc": 5, "split": "rows"}, {"packb": 1, "split": "cols"}]
-"""The GEMM kernel's micro-kernel parameters besides the default: a short tile and K
-blocks that split the channels, B packed."""
+LANES = host_target().lanes()
+PARAMS = [
+    {},
+    {"mr": 3, "nr": LANES, "kc": 5, "split": "rows"},
+    {"packb": 1, "split": "cols"},
+]
+"""The GEMM kernel's micro-kernel parameters besides the default: a short tile one vector
+wide and K blocks that split the channels, B packed."""
 
 
 @fast(25)
