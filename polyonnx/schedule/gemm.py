@@ -239,9 +239,7 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     if taps is not None and registers >= 32 and len(taps.live) > AVX512_MAX_TAPS:
         taps = None
     if taps is not None:  # a padded 3x3 or 5x5 Conv: its input in place, no im2col
-        packb, kc = 0, _even(geo.k, TAPS_KC, taps.count)
-        if registers >= 32:
-            mr, nr = min(16, geo.m), lanes
+        packb, kc = 0, _even(geo.k, TAPS_KC, taps.count)  # the tile: see TAPS_KC
     nc = _even(geo.n, NC, nr)
     if taps is None:
         b_bytes = 4 * geo.k * geo.n
@@ -437,10 +435,18 @@ columns -> rows in one process: 3x3 256->256 at 14x14 (A 2.4 MB, x6) 1.28-1.38 -
 1.41-1.48; in other runs, 1.20-1.29 with rows and the packed form 1.34-1.44."""
 
 TAPS_KC = 2304
-"""A padded 3x3 Conv reads its input in place, with a 16 x W register tile (one B vector
-and its one mask a tap; 16 broadcasts of A) and K blocks of up to TAPS_KC (B is not
-packed, so long blocks cost no stack and load C fewer times). Measured 1 thread, packed
-8x32 -> in place 16x16: 64->64 at 56x56 2.25 -> 2.08 ms (onnxruntime 2.13), 128->128 at
+"""A padded 3x3 Conv reads its input in place, with the 8 x 2W register tile of any GEMM
+(two B vectors and their masks a tap; 8 broadcasts of A) and K blocks of up to TAPS_KC
+(B is not packed, so long blocks cost no stack and load C fewer times).
+
+On a Zen 5 (AVX-512 at full width), 1 thread, one process, against onnxruntime, a 16 x W
+tile -> 8 x 2W: 3x3 stride-2 Convs over phases (krnl/ops/phases.py) 128->128 at 56x56
+1.167 -> 1.003, 256->256 at 28x28 1.186 -> 1.031; light models, alternating rounds:
+ResNet-50 0.877 -> 0.870, Inception v2 0.838 -> 0.827, DenseNet-121 0.744 -> 0.739,
+SqueezeNet 0.981 -> 0.959, Inception v1 0.503 -> 0.508.
+
+Before, on a Zen 4 (512-bit registers, 256-bit FMA pipes), 1 thread, packed 8x32 -> in
+place 16x16: 64->64 at 56x56 2.25 -> 2.08 ms (onnxruntime 2.13), 128->128 at
 28x28 2.30 -> 2.05 (2.05), 256->256 at 56x56 35.3 -> 33.2 (33.2), 256->256 at 14x14 2.26
 -> 2.18 (2.00), 512->512 at 7x7 2.53 -> 2.45 (2.62), 128->128 at 7x7 173 -> 145 us,
 64->256 at 13x13 0.50 -> 0.46, 128->32 at 28x28 0.77 -> 0.53, 16->64 at 55x55 0.55 ->
@@ -648,7 +654,8 @@ with its own masks."""
 AVX512_MAX_TAPS = 9
 """With AVX-512 a window of more taps is packed by default: LLVM schedules 25 taps' loads
 so early that the 16 x 16 tile's accumulators spill (Zen 4, Conv 5x5 128->128 at 28x28:
-73 GF/s in place, 94 packed). With AVX2's 6 x 16 tile, in place wins: measured on a Zen 3,
+73 GF/s in place, 94 packed; on a Zen 5 with the 8 x 32 tile, 4.20 ms in place, 3.48
+packed). With AVX2's 6 x 16 tile, in place wins: measured on a Zen 3,
 1 thread, ratio to onnxruntime, packed -> in place, 5x5 pad 2: 16->32 at 27x27 2.72 ->
 1.18, 32->96 at 27x27 1.62 -> 1.21, 24->64 at 13x13 1.78 -> 0.97, 32->64 at 13x13 1.99 ->
 1.04, 48->128 at 7x7 1.50 -> 1.06, 128->128 at 28x28 1.52 -> 1.27 (packing an im2col row
