@@ -369,6 +369,30 @@ def test_the_default_reads_b_in_place_where_packing_measured_slower(model, in_pl
     assert ("packb0" in tree) == in_place
 
 
+def _llvm_ir(model) -> str:
+    program = lower_model(model)
+    schedules = [default_schedule(k, program.buffers) for k in program.kernels]
+    layout = plan_memory(program)
+    places = {name: (p.slot, p.offset) for name, p in layout.places.items()}
+    return str(emit_module(schedules, program.buffers, places, host_target())[0])
+
+
+@pytest.mark.parametrize(
+    ("model", "pass_of_its_own"),
+    [
+        (_matmul_model((37, 600), (600, 70), (37, 70)), False),  # B read a row at a time
+        (square_conv_model(3, 64, 30, 7, stride=2, pad=3), True),  # im2col of a strided Conv
+    ],
+    ids=["matmul", "strided-conv"],
+)
+def test_b_read_a_row_at_a_time_is_packed_by_the_first_row_tile(model, pass_of_its_own):
+    """A MatMul's B is packed as the block's first row tile computes (no packing loop,
+    "pk"); a strided Conv's im2col block is still packed by a pass of its own."""
+    blocks = set(re.findall(r'^"?([a-z]+)[.\w]*"?:', _llvm_ir(model), re.M))
+    assert {"ic", "jr", "ir", "ku"} <= blocks
+    assert ("pk" in blocks) == pass_of_its_own
+
+
 @pytest.mark.parametrize(
     ("shape", "prefetch"),
     [
