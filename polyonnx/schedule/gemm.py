@@ -277,6 +277,8 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
             prefetch, kc = 1, _even(geo.k, AVX2_PREFETCHED_TAPS_KC, taps.count)
         if packa:
             nc = _even(geo.n, AVX2_PACKED_A_NC, nr)
+    elif packb and scratch_bytes(Params(kc=kc, nc=nc, nr=nr, packb=1)) > SCRATCH_BYTES:
+        nc = _even(geo.n, (SCRATCH_BYTES // (4 * kc) - nr) // nr * nr, nr)  # see AVX512_KC
     return Params(
         mr=mr,
         nr=nr,
@@ -457,13 +459,17 @@ KC = 512
 NC = 512
 """Largest default K and column blocks (measured on MatMul 2048^3, Zen 4)."""
 
-AVX512_KC = 1024
+AVX512_KC = 2048
 """Largest default K block with AVX-512's 32 registers: the 8 x 32 tile's B micro-panel
-(128 KB) then streams from L2, and C is loaded and stored half as often. Measured on a
-Zen 5 (48 KB L1, 1 MB L2), 1 thread, against numpy in alternating rounds, KC 512 -> 1024
-(time ratios to numpy): MatMul 1024^3 0.527 -> 0.502, 2048^3 0.522 -> 0.519, 1000^3 0.533
--> 0.516, 2048 x 1024 x 49 0.509 -> 0.482, 512 x 2048 x 49 0.516 -> 0.502; light
-ResNet-50 0.878 -> 0.876 times onnxruntime's time."""
+(up to 256 KB) then streams from L2, and C is loaded and stored once where K fits one
+block; the column block shrinks so the packed panel fits SCRATCH_BYTES (352 columns at
+K = 2048). Measured on a Zen 5 (48 KB L1, 1 MB L2), 1 thread, against numpy in
+alternating rounds (time ratios to numpy), KC 512 -> 1024: MatMul 1024^3 0.527 -> 0.502,
+2048^3 0.522 -> 0.519, 1000^3 0.533 -> 0.516, 2048 x 1024 x 49 0.509 -> 0.482, 512 x 2048
+x 49 0.516 -> 0.502; light ResNet-50 0.878 -> 0.876 times onnxruntime's time. Then, B
+packed by the first row tile (emit/ukernel.py), 1024 -> 2048 with 352 columns: 2048^3
+0.520 -> 0.505, 1024 x 2048 x 1024 0.520 -> 0.510, 1000 x 1500 x 1000 0.519 -> 0.504,
+512 x 2048 x 49 0.512 -> 0.504, 256 x 2048 x 196 0.530 -> 0.524."""
 
 
 def _even(total: int, largest: int, multiple: int) -> int:
