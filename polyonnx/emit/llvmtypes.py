@@ -88,3 +88,20 @@ def call_overloaded(
     t = args[0].type
     fn = intrinsic(builder.module, f"llvm.{base}.{mangle(t)}", t, [a.type for a in [*args, *extra]])
     return builder.call(fn, [*args, *extra])
+
+
+class _LoopId(ir.values.MDValue):
+    """A loop's metadata node: distinct, its first operand itself (LLVM's LangRef)."""
+
+    def descr(self, buf):
+        buf += ("distinct ",)
+        super().descr(buf)
+
+
+def no_unroll(module: ir.Module) -> ir.values.MDValue:
+    """A loop ID asking LLVM not to unroll the loop whose back edge carries it (as
+    ``!llvm.loop``); one fresh node per loop."""
+    disable = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    loop = _LoopId(module, [], name=str(len(module.metadata)))
+    loop.operands = (loop, disable)
+    return loop

@@ -9,7 +9,7 @@ from types import MappingProxyType
 import numpy as np
 import pytest
 
-from polyonnx.emit.codegen import INTERLEAVE
+from polyonnx.emit.codegen import INTERLEAVE, ROLLED_STEPS
 from polyonnx.emit.pseudo_c import pseudo_c
 from polyonnx.emit.target import host_target
 from polyonnx.frontend.graph import Graph, Node, Value
@@ -89,6 +89,29 @@ def test_contiguous_loops_step_several_vectors_then_one(n):
         x[row, col] = 3.0
     expected = np.exp(x.astype(np.float64)).max(axis=1)
     np.testing.assert_allclose(compiled.run({"x": x})["y"], expected, rtol=2e-7)
+
+
+@pytest.mark.parametrize("steps", [2, ROLLED_STEPS, 2 * ROLLED_STEPS])
+def test_long_loops_of_wide_steps_are_kept_rolled(steps):
+    """A Softmax row of ``steps`` wide steps: from ROLLED_STEPS of them, its loops of wide
+    steps carry a distinct loop ID asking LLVM not to unroll them (the module parses and
+    runs with it)."""
+    n = steps * WIDE
+    compiled = _compile(
+        [Node("s", "Softmax", ("x",), ("y",), {"axis": -1}, opset=13)],
+        [Value("x", (3, n), "float32")],
+        [Value("y", (3, n), "float32")],
+    )
+    source = compiled.jit.source
+    marked = re.findall(r"br label %\S+, !llvm\.loop (!\d+)", _kernel_ir(compiled, 0))
+    assert (len(marked) >= 3) == (steps >= ROLLED_STEPS)  # max, exp, sum, scale passes
+    for loop_id in marked:
+        node = re.search(rf"^{loop_id} = distinct !{{ {loop_id}, (!\d+) }}", source, re.M)
+        assert node and f'{node[1]} = !{{ !"llvm.loop.unroll.disable" }}' in source
+    x = np.random.default_rng(steps).standard_normal((3, n)).astype(np.float32)
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    want = e / e.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], want, rtol=1e-5, atol=1e-7)
 
 
 def test_matmul_default_is_the_gemm_ukernel():
