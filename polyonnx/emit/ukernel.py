@@ -971,9 +971,14 @@ class _Gemm:
             partial = b.urem(nc, ir.Constant(I64, nr))
             tail = b.sub(_round_up(b, nc, nr), nc)
             row = self._panel_at(panel, kk, b.sub(nc, partial), partial)
-            for v in range(self.nv):
-                mask = self.below(ir.Constant(I64, v * self.w), tail)
-                b.call(self.mstore, [self.zero, self._at(row, v * self.w), _i32(4), mask])
+            # not with no columns to zero: a masked store whose lanes are all off still
+            # costs a microcode assist where its page was never touched (the panel's
+            # spare micro-panel on a worker's fresh stack)
+            with b.if_then(b.icmp_signed(">", partial, ir.Constant(I64, 0))):
+                for v in range(self.nv):
+                    mask = self.below(ir.Constant(I64, v * self.w), tail)
+                    at = self._at(row, v * self.w)
+                    b.call(self.mstore, [self.zero, at, _i32(4), mask])
 
     @property
     def fuse_packing(self) -> bool:
@@ -1071,7 +1076,10 @@ class _Gemm:
                 b.call(self.mstore, [value, at, _i32(4), b.and_(mask, here)])
                 # lane l >= NR - offset is column l - (NR - offset) of the next micro-panel
                 there = self._at(at, (self.p.kc - 1) * nr)
-                b.call(self.mstore, [value, there, _i32(4), b.and_(mask, b.not_(here))])
+                spill = b.and_(mask, b.not_(here))
+                bits = b.bitcast(spill, ir.IntType(self.w))
+                with b.if_then(b.icmp_unsigned("!=", bits, ir.Constant(ir.IntType(self.w), 0))):
+                    b.call(self.mstore, [value, there, _i32(4), spill])  # see pack_b
 
     def _run_vector(self, src, offset, w, step: int, mask) -> ir.Value:
         """Lanes l of ``src[offset + step*(w + l)]`` where ``mask``, else 0."""
