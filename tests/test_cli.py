@@ -60,8 +60,8 @@ def test_show_prints_domains_accesses_and_loop_nest(capsys):
     # the default runs the Gemm as packed GEMM with an 8 x 32 register tile (AVX-512; with
     # AVX2's 16 registers 4 x 16, two whole tiles for the 8 rows)
     lanes = host_target().lanes()
-    tile = "mr8_nr32" if lanes >= 16 else f"mr4_nr{2 * lanes}"
-    assert f"#pragma ukernel_{tile}_kc416" in out  # K = 784: two even blocks
+    tile = "mr8_nr32_kc800" if lanes >= 16 else f"mr4_nr{2 * lanes}_kc416"
+    assert f"#pragma ukernel_{tile}" in out  # K = 784: one block (AVX-512), two (AVX2)
     assert "for (int k_g = 0; k_g <= 783; k_g++)" in out
     # the Relu after it is its epilogue, computed on the register tile before the store
     assert "relu0[i_g][j_g] += (input[i_g][k_g] * w0[k_g][j_g]);" in out
