@@ -18,7 +18,8 @@ all) each element of B is used once or twice, so reading B is the whole cost, an
 strip of every row at a time reads it badly: each row's 256 bytes sit in another page. The
 single reduction dim is then cut into blocks of ROW_BLOCK rows that are read side by side,
 each from start to end (1 x 4096 x 4096: 3.2 ms -> 2.45 ms, numpy 2.47 ms, 1 thread).
-A big one is also cut into GEMV_CHUNKS column chunks, the loop threads share:
+A big one is also cut into GEMV_CHUNKS column chunks, the loop threads share, unless it
+has a loop outside the reduction already (the slices of a split K, krnl/ops/matmul.py):
 
     for (outer) / for I_o / for J_c / for k_o / for J_o / for k_i (unrolled) / for I_i /
         for J_i (SIMD)
@@ -84,7 +85,8 @@ def blocked_schedule(
         state, k_o, k_i = split(state, reduced[0], ROW_BLOCK)
         middle, inner = [k_o, j_o], [k_i]
         strips = -(-extent[simd] // width)
-        if math.prod(extents(stmt)) >= PARALLEL_WORK and strips >= 2 * GEMV_CHUNKS:
+        threaded = any(extent[d] >= 2 for d in outer)  # a split K: threads take its slices
+        if math.prod(extents(stmt)) >= PARALLEL_WORK and strips >= 2 * GEMV_CHUNKS and not threaded:
             # threads need a loop outside the reduction: whole column chunks
             state, j_c, j_o = split(state, j_o, -(-strips // GEMV_CHUNKS))
             heads, middle = [*heads, j_c], [k_o, j_o]

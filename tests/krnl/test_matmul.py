@@ -12,6 +12,7 @@ import polyonnx
 from tests.helpers import (
     DIMS,
     Const,
+    assert_matches,
     broadcast_shapes,
     check_node,
     const,
@@ -157,3 +158,49 @@ def test_float16_matmul_accumulates_in_float32():
     (got,) = run_node("MatMul", [a, b], [a @ b])
     want = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
     np.testing.assert_array_equal(got, want)
+
+
+@fast(25)
+@given(
+    k=st.sampled_from((2, 4, 16, 34, 130)),
+    n=st.sampled_from((1, 5, 16, 33, 100)),
+    one_d=st.booleans(),
+    weights=st.booleans(),
+    threads=st.sampled_from((1, 2)),
+    seed=seeds,
+)
+def test_a_matrix_vector_product_summed_in_slices_of_k(k, n, one_d, weights, threads, seed):
+    """A one-row MatMul split in SPLIT_K slices of K (every size here: the threshold
+    patched to 0), each slice's sum a row of a temp, then the rows added."""
+    from polyonnx.krnl.ops import matmul
+
+    rng = np.random.default_rng(seed)
+    a = random_array(rng, (k,) if one_d else (1, k), np.float32, -1, 1)
+    b = random_array(rng, (k, n), np.float32, -1, 1)
+    model, feed = node_model("MatMul", [a, Const(b) if weights else b], [(np.float32, a.ndim)])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(matmul, "SPLIT_K_BYTES", 0)
+        prog = polyonnx.load(model)
+    assert any(name.endswith(".sum") for name in prog.kernels)
+    got = polyonnx.InferenceSession(prog, threads=threads).run(None, feed)[0]
+    assert_matches(got, _matmul(a, b), sum_tol(k))
+
+
+@pytest.mark.parametrize(
+    ("sa", "sb", "split"),
+    [
+        ((1, 4096), (4096, 4096), True),  # B 64 MB
+        ((4096,), (4096, 1024), True),  # 16 MB
+        ((1, 1024), (1024, 512), False),  # 2 MB: in cache
+        ((1, 4095), (4095, 4096), False),  # K odd
+        ((2, 4096), (4096, 4096), False),  # two rows
+        ((3, 1, 4096), (4096, 4096), False),  # batched
+    ],
+)
+def test_which_matrix_vector_products_are_split(sa, sb, split):
+    model, _ = node_model(
+        "MatMul", [np.zeros(sa, np.float32), np.zeros(sb, np.float32)],
+        [(np.float32, max(len(sa), 2) if len(sa) > 1 else 1)],
+    )  # fmt: skip
+    names = polyonnx.load(model).kernels
+    assert any(name.endswith(".sum") for name in names) == split
