@@ -97,6 +97,12 @@ class _LoopId(ir.values.MDValue):
         buf += ("distinct ",)
         super().descr(buf)
 
+    # an operand of itself: identity, not MDValue's hash and equality of the operands
+    __hash__ = object.__hash__
+
+    def __eq__(self, other):
+        return self is other
+
 
 def no_unroll(module: ir.Module) -> ir.values.MDValue:
     """A loop ID asking LLVM not to unroll the loop whose back edge carries it (as
