@@ -373,7 +373,7 @@ class _KernelWalker:
         start: ir.Value,
         last: ir.Value,
         acc: ir.Value | None,
-        rolled: bool = False,
+        rolled: bool,
     ) -> tuple[ir.Value, ir.Value | None]:
         """A loop of steps of ``lanes.width`` iterations from ``start`` while a whole step
         fits before ``last``; returns where it stopped and, for ``reducing`` (a reduction

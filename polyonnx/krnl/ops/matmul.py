@@ -94,15 +94,8 @@ def _lower_split_k(ctx, node, a_op, b_op, out: str, dims, shape, k: int) -> None
         kb.load(kb.access(a.name, "S1", full, sliced(a_index)), a.dtype),
         kb.load(kb.access(b.name, "S1", full, sliced(b_index)), b.dtype),
     )
-    init = Statement(
-        "S0", kb.box("S0", rows, [SPLIT_K, *shape]), kb.access(part, "S0", rows, rows),
-        kb.const(0, a.dtype),
-    )  # fmt: skip
-    update = Statement(
-        "S1", kb.box("S1", full, [SPLIT_K, *shape, slice_k]),
-        kb.access(part, "S1", full, rows), product, "add",
-    )  # fmt: skip
-    ctx.kernel(node, [init, update])
+    zero = kb.const(0, a.dtype)
+    ctx.kernel(node, _contraction(ctx, part, rows, (SPLIT_K, *shape), slice_k, zero, product))
     total: Expr = kb.load(kb.access(part, "S0", dims, ["0", *dims]), a.dtype)
     for h in range(1, SPLIT_K):
         total = kb.binary(
