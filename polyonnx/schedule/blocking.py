@@ -17,7 +17,9 @@ With fewer than MR rows (a matrix-vector product, ``y[j] += a[k] * B[k, j]``, ha
 all) each element of B is used once or twice, so reading B is the whole cost, and a column
 strip of every row at a time reads it badly: each row's 256 bytes sit in another page. The
 single reduction dim is then cut into blocks of ROW_BLOCK rows that are read side by side,
-each from start to end (1 x 4096 x 4096: 3.2 ms -> 2.45 ms, numpy 2.47 ms, 1 thread).
+each from start to end (1 x 4096 x 4096: 3.2 ms -> 2.45 ms, numpy 2.47 ms, 1 thread), or
+with a second, short reduction dim (slices of K far apart, krnl/ops/matmul.py), its rows
+are the ones side by side.
 A big one is also cut into GEMV_CHUNKS column chunks, the loop threads share, unless it
 has a loop outside the reduction already (the slices of a split K, krnl/ops/matmul.py):
 
@@ -79,13 +81,18 @@ def blocked_schedule(
         state, i_o, i_i = split(state, block, min(MR, rows))
         heads, tiles, sizes[i_o] = [i_o], [i_i], -(-rows // min(MR, rows))
     state, j_o, j_i = split(state, simd, width)
-    if rows < MR and len(reduced) == 1 and extent[reduced[0]] >= 2 * ROW_BLOCK:
-        # a GEMV (or nearly): B is read once, so read it as DRAM likes, ROW_BLOCK rows
-        # side by side from start to end, not a column strip of every row at a time
-        state, k_o, k_i = split(state, reduced[0], ROW_BLOCK)
+    slices = len(reduced) == 2 and 2 <= extent[reduced[1]] <= ROW_BLOCK
+    rows_long = len(reduced) == 1 and extent[reduced[0]] >= 2 * ROW_BLOCK
+    if rows < MR and (slices or rows_long):
+        # a GEMV (or nearly): B is read once, so read it as DRAM likes, a few rows side
+        # by side from start to end, not a column strip of every row at a time
+        if slices:  # slices of K far apart (krnl/ops/matmul.py's SIDE_BY_SIDE)
+            k_o, k_i = reduced
+        else:  # ROW_BLOCK rows in a row
+            state, k_o, k_i = split(state, reduced[0], ROW_BLOCK)
         middle, inner = [k_o, j_o], [k_i]
         strips = -(-extent[simd] // width)
-        threaded = any(extent[d] >= 2 for d in outer)  # a split K: threads take its slices
+        threaded = any(extent[d] >= 2 for d in outer)  # a split K: threads take its parts
         if math.prod(extents(stmt)) >= PARALLEL_WORK and strips >= 2 * GEMV_CHUNKS and not threaded:
             # threads need a loop outside the reduction: whole column chunks
             state, j_c, j_o = split(state, j_o, -(-strips // GEMV_CHUNKS))

@@ -165,6 +165,25 @@ def test_a_matrix_vector_product_reads_blocks_of_whole_rows(
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * depth)
 
 
+def test_a_big_matrix_vector_product_reads_slices_of_k_side_by_side(monkeypatch):
+    """A one-row MatMul split in two parts of K (the size threshold patched to 0): each
+    part reads 8 slices of its K side by side, row k of each, 4 rows apart here."""
+    from polyonnx.krnl.ops import matmul
+
+    monkeypatch.setattr(matmul, "SPLIT_K_BYTES", 0)
+    rng = np.random.default_rng(0)
+    w = random_array(rng, (64, 40))
+    node = helper.make_node("MatMul", ["a", "w"], ["y"], name="mm")
+    model = make_model(
+        [node], [value_info("a", F32, (1, 64))], [value_info("y", F32, (1, 40))], {"w": w}
+    )
+    text = _nest(model)
+    loops = [line.strip() for line in text.splitlines() if line.strip().startswith("for")]
+    assert loops[2:4] == ["for (int h = 0; h <= 1; h++)", "for (int k = 0; k <= 3; k++)"]
+    reads = [f"w[((32 * h) + k) + {4 * t}]" for t in range(1, 8)]
+    assert all(read in text for read in reads)
+
+
 def test_one_row_of_dot_products_keeps_the_reduction_in_simd():
     """A classifier's Gemm with transB (weights [N, K]): each output is a dot product of
     two contiguous rows, so the reduction stays the SIMD loop (row blocks would read the
