@@ -236,9 +236,7 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     nr = 2 * lanes
     kc = _even(geo.k, KC if registers < 32 else AVX512_KC, 32)
     taps = b_taps(geo)
-    if taps is not None and registers >= 32 and len(taps.live) > AVX512_MAX_TAPS:
-        taps = None
-    if taps is not None:  # a padded 3x3 or 5x5 Conv: its input in place, no im2col
+    if taps is not None:  # a padded 3x3 to 7x7 Conv: its input in place, no im2col
         packb, kc = 0, _even(geo.k, TAPS_KC, taps.count)  # the tile: see TAPS_KC
     nc = _even(geo.n, NC, nr)
     if taps is None:
@@ -654,20 +652,20 @@ def b_row_stride(geo: Geometry) -> int | None:
     return ldb
 
 
-MAX_TAPS = 25
-"""Most taps per channel read in place (a 5x5 window). Each tap is unrolled in the K loop
-with its own masks."""
-AVX512_MAX_TAPS = 9
-"""With AVX-512 a window of more taps is packed by default: LLVM schedules 25 taps' loads
-so early that the 16 x 16 tile's accumulators spill (Zen 4, Conv 5x5 128->128 at 28x28:
-73 GF/s in place, 94 packed; on a Zen 5 with the 8 x 32 tile, 4.20 ms in place, 3.48
-packed). With AVX2's 6 x 16 tile, in place wins: measured on a Zen 3,
-1 thread, ratio to onnxruntime, packed -> in place, 5x5 pad 2: 16->32 at 27x27 2.72 ->
-1.18, 32->96 at 27x27 1.62 -> 1.21, 24->64 at 13x13 1.78 -> 0.97, 32->64 at 13x13 1.99 ->
-1.04, 48->128 at 7x7 1.50 -> 1.06, 128->128 at 28x28 1.52 -> 1.27 (packing an im2col row
-by row costs most of the time on planes this small)."""
+MAX_TAPS = 49
+"""Most taps per channel read in place (a 7x7 window). Up to emit/ukernel.py's
+ROLLED_TAPS taps (with AVX2 all) are unrolled in the K loop, each with its own masks;
+more run as a loop over tables of their offsets and masks. Measured against packing the
+window, ratio to onnxruntime's time, 1 thread: on a Zen 5 (8 x 32 tile, taps rolled), 5x5
+128->128 at 28x28 1.18 -> 0.94, the 7x7 stride-2 stem over its phases 1.19 -> 0.96; as
+AVX2 code on the Zen 5, the stem 2.47 -> 2.02 ms; on a Zen 3 (AVX2, 6 x 16 tile,
+unrolled), 5x5 pad 2: 16->32 at 27x27 2.72 -> 1.18, 32->96 at 27x27 1.62 -> 1.21, 24->64
+at 13x13 1.78 -> 0.97, 32->64 at 13x13 1.99 -> 1.04, 48->128 at 7x7 1.50 -> 1.06,
+128->128 at 28x28 1.52 -> 1.27 (packing an im2col row by row costs most of the time on
+planes this small)."""
 SLOTS = 2
-"""Most tap slots per live tap (a 3x3 stride-2 window over phases: 16 slots, 9 live)."""
+"""Most tap slots per live tap (a 3x3 stride-2 window over phases: 16 slots, 9 live; a
+7x7 one: 64 slots, 49 live)."""
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,8 @@ WINDOWS = [
     for size in ((24, 29), (31, 24), (25, 40), (37, 37))
     for kernel, stride in (
         ((3, 3), (2, 2)), ((2, 2), (2, 2)), ((3, 2), (2, 2)), ((3, 3), (3, 3)),
-        ((3, 3), (2, 1)), ((3, 1), (3, 1)), ((2, 3), (1, 2)),
+        ((3, 3), (2, 1)), ((3, 1), (3, 1)), ((2, 3), (1, 2)), ((7, 7), (2, 2)),
+        ((5, 5), (2, 2)), ((5, 3), (2, 2)),
     )
     for begin in ((1, 1), (0, 1), (1, 0), (2, 2))
     for end in ((1, 1), (0, 0), (2, 1))
@@ -129,9 +130,11 @@ def test_a_strided_conv_over_phases_matches_numpy(
         (128, 56, 3, 2, 1, True),  # ResNet-50's: 784 columns
         (64, 57, 3, 2, 1, True),
         (512, 14, 3, 2, 1, False),  # 49 columns (MIN_PLANE)
-        (3, 224, 3, 2, 1, False),  # a stem's 3 channels (MIN_CHANNELS)
+        (3, 224, 3, 2, 1, False),  # a stem's 3 channels x 9 taps (MIN_DEPTH)
+        (3, 224, 7, 2, 3, True),  # ResNet-50's stem: 3 x 49
+        (64, 56, 5, 2, 2, True),
         (64, 56, 3, 2, 0, False),  # no padding: a row of the copy would be 28, not 27
-        (64, 56, 7, 2, 3, False),  # 49 taps (MAX_TAPS)
+        (3, 224, 11, 4, 2, False),  # 121 taps (MAX_TAPS)
         (64, 56, 1, 2, 0, False),  # 1x1: 3 of 4 phases unread
         (64, 56, 3, 1, 1, False),  # stride 1
     ],

@@ -10,11 +10,12 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from onnx import helper
 
 import polyonnx
+from polyonnx.emit.target import host_target
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ops import winograd
 from polyonnx.runtime.compiled import lower_model
@@ -50,7 +51,10 @@ def _direct_convs():
 
 
 # (kernel height, width, dilation): "same" padding keeps the output as large as the input
-WINDOWS = ((3, 3, 1), (3, 3, 2), (1, 3, 1), (3, 1, 1), (2, 2, 1), (2, 3, 1), (5, 5, 1), (3, 5, 1))
+WINDOWS = (
+    (3, 3, 1), (3, 3, 2), (1, 3, 1), (3, 1, 1), (2, 2, 1), (2, 3, 1), (5, 5, 1), (3, 5, 1),
+    (7, 7, 1), (5, 7, 1),
+)  # fmt: skip
 
 
 def _same_pads(kh: int, kw: int, dilation: int) -> list[int]:
@@ -115,6 +119,9 @@ def test_a_conv_read_in_place_matches_numpy(
     c, m, h, wd, window, group, residual, mr, nr, channels, mc, nc, split, packa, prefetch, seed
 ):
     kh, kw, dilation = window
+    # every tap reaches the image from some output (else the sum is no GEMM: a 7x7 window
+    # on 3 rows has taps that read only padding)
+    assume(h > dilation * (kh - 1) // 2 and wd > dilation * (kw - 1) // 2)
     m *= group  # m output channels a group
     rng = np.random.default_rng(seed)
     x = random_array(rng, (1, c * group, h, wd))
@@ -141,7 +148,7 @@ def test_a_conv_read_in_place_matches_numpy(
     [
         (square_conv_model(8, 16, 9, 3, stride=2), "packb=0 needs B contiguous"),  # rows step 2
         (square_conv_model(8, 16, 9, 3, pad=0), "packb=0 needs B contiguous"),  # rows 7 of 9 long
-        (square_conv_model(8, 16, 9, 7, pad=3), "packb=0 needs B contiguous"),  # 49 taps
+        (square_conv_model(8, 16, 11, 9, pad=4), "packb=0 needs B contiguous"),  # 81 taps
     ],
 )
 def test_reading_a_conv_in_place_is_refused_where_it_does_not_apply(model, reason):
@@ -175,15 +182,35 @@ def test_the_default_reads_a_3x3_conv_in_place(c, m, hw, stride, in_place):
     assert ("packb0" in tree) == in_place
 
 
-@pytest.mark.parametrize(("lanes", "registers", "in_place"), [(8, 16, True), (16, 32, False)])
-def test_a_5x5_conv_is_read_in_place_by_default_with_avx2_only(lanes, registers, in_place):
-    """AVX2's 6 x 16 tile reads 25 taps in place faster than it packs them; AVX-512's
-    16 x 16 tile spills (schedule/gemm.py AVX512_MAX_TAPS)."""
-    program = lower_model(square_conv_model(32, 64, 13, 5, pad=2))
+@pytest.mark.parametrize(("lanes", "registers"), [(8, 16), (16, 32)])
+@pytest.mark.parametrize("k", [5, 7])
+def test_5x5_and_7x7_convs_are_read_in_place_by_default(lanes, registers, k):
+    program = lower_model(square_conv_model(32, 64, 13, k, pad=k // 2))
     (kernel,) = program.kernels
     (stmt,) = [st for st in kernel.statements if geometry(st, program.buffers)]
     params = default_params(geometry(stmt, program.buffers), lanes, registers)
-    assert params.packb == (0 if in_place else 1)
+    assert params.packb == 0
+
+
+@pytest.mark.parametrize(("k", "rolled"), [(3, False), (5, True), (7, True)])
+def test_windows_of_more_than_9_taps_run_them_as_a_loop(k, rolled):
+    """With AVX-512 (this host's ISA if it has it), a window past ROLLED_TAPS taps runs
+    them as a loop over tables, with its masks from the stack; the results match."""
+    if host_target().lanes(4) < 16:
+        pytest.skip("the taps run as a loop with AVX-512 only; this host has no AVX-512")
+    rng = np.random.default_rng(k)
+    x = random_array(rng, (1, 5, 20, 21))
+    w = random_array(rng, (24, 5, k, k))
+    bias = random_array(rng, (24,))
+    pads = _same_pads(k, k, 1)
+    model = _conv_model(x.shape, w, bias, pads, 1, 1, residual=False)
+    session = polyonnx.InferenceSession(model, threads=1)
+    source = session.compiled_for({"x": x}).jit.source
+    assert ("tap.head" in source) == rolled
+    assert ("tap.masks" in source) == rolled  # some tiles reach into the padding
+    got = session.run(None, {"x": x})[0]
+    ref = _reference(x, w, bias, pads, 1, 1)
+    np.testing.assert_allclose(got, np.maximum(ref, 0), **sum_tol(5 * k * k))
 
 
 @pytest.mark.parametrize(

@@ -30,10 +30,10 @@ from polyonnx.krnl.ir import Buffer, Statement
 from polyonnx.krnl.lower import LowerContext
 from polyonnx.krnl.ops.conv import Axis, affine, domain
 
-MAX_TAPS = 9
-"""Taps per channel up to which a strided Conv runs over phases: the micro-kernel reads a
-window of at most this many in place (schedule/gemm.py's MAX_TAPS); past it the GEMM packs
-B anyway, and packing reads the strided input directly."""
+MAX_TAPS = 49
+"""Taps per channel up to which a strided Conv runs over phases (a 7x7 stem): the
+micro-kernel reads a window of at most this many in place (schedule/gemm.py's MAX_TAPS);
+past it the GEMM packs B anyway, and packing reads the strided input directly."""
 MAX_SLOTS = 2
 """Slots a tap at most (3x3 stride 2: 16 for 9; 3x3 stride 3 would take 36), as
 schedule/gemm.py's SLOTS: past it the micro-kernel does not read the copy in place, and
@@ -53,10 +53,12 @@ rounds per kernel, packed -> over phases, one process: 128 at 56 1 thread 2.78-2
 2.60-2.62 ms, 2 threads 1.34-1.44 -> 1.20-1.29 (its rows split, TAPS_ROWS_BYTES in
 schedule/gemm.py); 256 at 28 1 thread within 0.03 ms, 2 threads 1.38-1.49 -> 1.33-1.41."""
 
-MIN_CHANNELS = 16
-"""Input channels a group from which a strided Conv runs over phases: with fewer, the
-copy is a pass over the input for a short K loop. Measured ShuffleNet's 3x3 stride-2
-stem, 3 -> 24 at 224, 1 thread (2 threads): 0.278 -> 0.304 ms (0.146 -> 0.203)."""
+MIN_DEPTH = 144
+"""Input channels x taps a group from which a strided Conv runs over phases: with less,
+the copy is a pass over the input for a short K loop. Measured ShuffleNet's 3x3 stride-2
+stem, 3 -> 24 at 224 (27), 1 thread (2 threads): 0.278 -> 0.304 ms (0.146 -> 0.203); but
+the 7x7 stride-2 stem of ResNet-50, 3 -> 64 at 224 (147), on a Zen 5: 1.19 -> 0.95-0.96
+of onnxruntime's time (emit/ukernel.py's ROLLED_TAPS)."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,8 @@ def plan(axes: Sequence[Axis], x: Buffer, weights: np.ndarray | None) -> tuple[P
         return None
     if math.prod(a.kernel for a in axes) > MAX_TAPS or any(a.kernel < a.stride for a in axes):
         return None
-    if math.prod(a.out for a in axes) < MIN_PLANE or weights.shape[1] < MIN_CHANNELS:
+    depth = weights.shape[1] * math.prod(a.kernel for a in axes)
+    if math.prod(a.out for a in axes) < MIN_PLANE or depth < MIN_DEPTH:
         return None
     found = []
     for r, a in enumerate(axes):
