@@ -16,7 +16,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from polyonnx.emit.llvmtypes import I64, PTR
-from polyonnx.emit.pool import BODY_TYPE, POOL_RUN, pool_module
+from polyonnx.emit.pool import BODY_TYPE, PLACEMENT_FUNCTIONS, POOL_RUN, pool_module
 
 THREADS_GLOBAL = "polyonnx_threads"
 PARALLEL_FOR = "polyonnx_parallel_for"
@@ -36,11 +36,22 @@ LIBC_FUNCTIONS = (
 @cache
 def register_runtime_symbols() -> bool:
     """Make the libc functions the pool calls known to the JIT; False if one is missing."""
+    return _register(LIBC_FUNCTIONS)
+
+
+@cache
+def register_placement_symbols() -> bool:
+    """Likewise for the pool's placement (pool.py's PLACEMENT_FUNCTIONS), which is left out
+    where libc lacks one."""
+    return _register(PLACEMENT_FUNCTIONS)
+
+
+def _register(names) -> bool:
     libc = ctypes.CDLL(None)
-    for name in LIBC_FUNCTIONS:
-        fn = getattr(libc, name, None)
-        if fn is None:
-            return False
+    found = [getattr(libc, name, None) for name in names]
+    if any(fn is None for fn in found):
+        return False
+    for name, fn in zip(names, found, strict=True):
         llvm.add_symbol(name, ctypes.cast(fn, ctypes.c_void_p).value)
     return True
 
@@ -56,7 +67,7 @@ def pool_runtime():
     if not register_runtime_symbols():
         return None
     target = host_target()
-    jit = JitModule(pool_module(target.triple), target)
+    jit = JitModule(pool_module(target.triple, register_placement_symbols()), target)
     llvm.add_symbol(POOL_RUN, jit.address(POOL_RUN))
     return jit
 

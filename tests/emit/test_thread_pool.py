@@ -17,7 +17,12 @@ from llvmlite import ir
 from polyonnx.emit.jit import JitModule
 from polyonnx.emit.llvmtypes import I64, PTR
 from polyonnx.emit.target import host_target
-from polyonnx.emit.threads import BODY_TYPE, THREADS_GLOBAL, parallel_for
+from polyonnx.emit.threads import (
+    BODY_TYPE,
+    THREADS_GLOBAL,
+    parallel_for,
+    register_placement_symbols,
+)
 
 DRIVE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
@@ -145,3 +150,25 @@ def test_a_forked_child_starts_its_own_workers(program):
         os.waitpid(pid, 0)
         pytest.fail("the forked child hung in a parallel loop")
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity")
+    or len(os.sched_getaffinity(0)) < 2
+    or not register_placement_symbols(),
+    reason="needs 2 cores or more and libc's sched_getcpu and pthread_setaffinity_np",
+)
+def test_the_workers_keep_off_the_callers_core(program):
+    """A job allows the workers every core of the caller's affinity but the caller's own
+    (woken onto the busy caller's core, a worker left it every chunk: emit/pool.py)."""
+    libc = ctypes.CDLL(None)
+    allowed = os.sched_getaffinity(0)
+    for _ in range(50):  # the caller may move between cores mid-job: then try again
+        core = libc.sched_getcpu()
+        program.run(100, 0, 100, 2)
+        if libc.sched_getcpu() != core:
+            continue
+        masks = [os.sched_getaffinity(int(tid)) for tid in os.listdir("/proc/self/task")]
+        if allowed - {core} in masks:
+            return
+    pytest.fail("no worker's cores left out the caller's")
