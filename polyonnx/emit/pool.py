@@ -20,14 +20,17 @@ whole ShuffleNet convolution; pool workers are started once, on first need.
   one woken too late for a short job is awake for the ones that follow it.
 - **Workers keep off the caller's core** (where libc has sched_getcpu,
   sched_getaffinity and pthread_setaffinity_np): each job looks up the core the caller
-  runs on, and when it changed, allows the workers every core of the caller's own affinity
-  but that one. In this VM a worker woken from its futex was often queued behind the busy
-  caller on the caller's core for milliseconds (the guest scheduler passes over an idle
-  vCPU that the host has descheduled); the caller then ran every chunk itself, and now and
-  then waited ~1.6 ms for a chunk the worker claimed there. A 1x1 Conv 64 -> 256 at 56 on
-  2 threads, rounds alternating with onnxruntime after quiet pauses: per-round ratio
-  1.26-1.27 (quartiles 0.82-2.09) -> 0.80-0.81 (0.76-0.86). Nothing is pinned: the
-  workers may run on any other allowed core, and the caller anywhere.
+  runs on, and when it changed (or workers started), allows the workers every core of the
+  caller's own affinity but that one. In this VM a worker woken from its futex was often
+  queued behind the busy caller on the caller's core for milliseconds; the caller then ran
+  every chunk itself, and now and then waited ~1.6 ms for a chunk the worker claimed
+  there. A 1x1 Conv 64 -> 256 at 56 on 2 threads, rounds alternating with onnxruntime
+  after quiet pauses: per-round ratio 1.26-1.27 (quartiles 0.82-2.09) -> 0.81-0.83
+  (0.80-0.85); in the perf suite the paired 2-thread ratios, e.g. the stem Conv 1.27 ->
+  0.96, Softmax 1.54 -> 0.92. With more than 2 cores the workers may run on any other
+  allowed one, and the caller anywhere; with 2, the worker is held to one core, so a
+  caller that waits SPINS pauses on a chunk (its worker starved by another process there)
+  frees the workers' cores again.
 - One job at a time: a call that finds the pool busy (a parallel loop inside a parallel
   loop, or a second Python thread) runs its range serially on its own thread.
 - A forked child (its pid differs from the one that started the workers) starts its own.
@@ -193,8 +196,8 @@ class _Pool:
 
     def _keep_off_caller(self, b: ir.IRBuilder) -> None:
         """Where the caller's core changed (or workers started) since the last job: allow
-        every worker the cores of the caller's affinity but the caller's own."""
-        fn = b.function
+        every worker the cores of the caller's affinity but the caller's own (where that
+        leaves any: a caller allowed one core leaves the workers theirs)."""
         cpu = b.call(self.getcpu, [])
         have = b.load(self.workers, typ=I64)
         moved = b.icmp_signed("!=", cpu, b.load(self.caller_cpu, typ=I32))
@@ -203,11 +206,8 @@ class _Pool:
         with b.if_then(b.and_(known, b.or_(moved, grown)), likely=False):
             b.store(cpu, self.caller_cpu)
             b.store(have, self.placed)
-            with b.goto_block(fn.entry_basic_block):
-                mask = b.alloca(I64, ir.Constant(I64, CPU_SET_WORDS), name="cores")
-            size = ir.Constant(I64, 8 * CPU_SET_WORDS)
-            rc = b.call(self.getaffinity, [ir.Constant(I32, 0), size, mask])  # this thread's
-            with b.if_then(b.icmp_signed("==", rc, ir.Constant(I32, 0))):
+            mask, got = self._caller_cores(b)
+            with b.if_then(got):
                 index = b.zext(b.lshr(cpu, ir.Constant(I32, 6)), I64)
                 word = b.gep(mask, [index], source_etype=I64)
                 bit = b.shl(ir.Constant(I64, 1), b.zext(b.and_(cpu, ir.Constant(I32, 63)), I64))
@@ -216,25 +216,47 @@ class _Pool:
                 for w in range(CPU_SET_WORDS):
                     at = b.gep(mask, [ir.Constant(I64, w)], source_etype=I64)
                     others = b.or_(others, b.load(at, typ=I64))
-                # a caller allowed one core only: the workers keep what they have
                 with b.if_then(b.icmp_unsigned("!=", others, ir.Constant(I64, 0))):
-                    head, body, done = (
-                        fn.append_basic_block(n) for n in ("place.head", "place", "placed")
-                    )
-                    pre = b.block
-                    b.branch(head)
-                    b.position_at_end(head)
-                    i = b.phi(I64, "worker")
-                    i.add_incoming(ir.Constant(I64, 0), pre)
-                    b.cbranch(b.icmp_signed("<", i, have), body, done)
-                    b.position_at_end(body)
-                    b.call(self.setaffinity, [b.load(self._handle(b, i), typ=I64), size, mask])
-                    i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
-                    b.branch(head)
-                    b.position_at_end(done)
+                    self._set_worker_cores(b, have, mask)
+
+    def _free_workers(self, b: ir.IRBuilder) -> None:
+        """Allow the workers every core of the caller's affinity again, and place them anew
+        at the next job: a worker kept off the caller's core cannot move to it when its
+        own core is busy with another process."""
+        b.store(ir.Constant(I32, -1), self.caller_cpu)
+        mask, got = self._caller_cores(b)
+        with b.if_then(got):
+            self._set_worker_cores(b, b.load(self.workers, typ=I64), mask)
+
+    def _caller_cores(self, b: ir.IRBuilder) -> tuple[ir.Value, ir.Value]:
+        """The calling thread's affinity as a cpu_set_t on the stack, and whether it was read
+        (a kernel of more than 1024 cores fails the call)."""
+        with b.goto_block(b.function.entry_basic_block):
+            mask = b.alloca(I64, ir.Constant(I64, CPU_SET_WORDS), name="cores")
+        size = ir.Constant(I64, 8 * CPU_SET_WORDS)
+        rc = b.call(self.getaffinity, [ir.Constant(I32, 0), size, mask])
+        return mask, b.icmp_signed("==", rc, ir.Constant(I32, 0))
+
+    def _set_worker_cores(self, b: ir.IRBuilder, have: ir.Value, mask: ir.Value) -> None:
+        """pthread_setaffinity_np(worker, mask) for the first ``have`` workers."""
+        fn = b.function
+        head, body, done = (fn.append_basic_block(n) for n in ("cores.head", "cores", "cores.set"))
+        pre = b.block
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, "worker")
+        i.add_incoming(ir.Constant(I64, 0), pre)
+        b.cbranch(b.icmp_signed("<", i, have), body, done)
+        b.position_at_end(body)
+        size = ir.Constant(I64, 8 * CPU_SET_WORDS)
+        b.call(self.setaffinity, [b.load(self._handle(b, i), typ=I64), size, mask])
+        i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
+        b.branch(head)
+        b.position_at_end(done)
 
     def _handle(self, b: ir.IRBuilder, index: ir.Value) -> ir.Value:
-        """Where worker ``index``'s pthread_t is kept."""
+        """Where worker ``index``'s pthread_t is kept (cast: llvmlite types this gep as a
+        pointer to the array)."""
         at = b.gep(self.handles, [ir.Constant(I64, 0), index], source_etype=self.handles.value_type)
         return b.bitcast(at, I64.as_pointer())
 
@@ -258,6 +280,10 @@ class _Pool:
         self._pause(b)
         b.branch(head)
         b.position_at_end(give)
+        if self.placement:  # a claimed chunk takes long: its worker may be starved
+            first = b.icmp_unsigned("==", count, ir.Constant(I32, SPINS))
+            with b.if_then(first, likely=False):
+                self._free_workers(b)
         b.call(self.sched_yield, [])
         b.branch(head)
         b.position_at_end(done)

@@ -27,8 +27,9 @@ that tile measured alike (4 to 16 rows).
 
 With packb=0, B is not packed but read in place: row by row (a MatMul, a 1x1 Conv), or,
 for a padded stride-1 Conv whose output rows are as long as its input rows, a channel a
-step with the window's taps unrolled, each tap's vectors loaded from the input under masks
-that keep the window inside the image (a direct convolution; no im2col is ever built).
+step with the window's taps unrolled (past ROLLED_TAPS with AVX-512, a loop over tables of
+them), each tap's vectors loaded from the input under masks that keep the window inside
+the image (a direct convolution; no im2col is ever built).
 
 Each C element is loaded, gets its products added in k order and is stored, so the result
 is the original loop order's; except in a tile's last 1..DOT_COLUMNS columns past whole
@@ -318,6 +319,7 @@ class _Gemm:
         self.tap_masks: list[list[ir.Value]] = []
         self.tap_select = False
         """Tap loads read every lane and zero the masked ones (see ``_tap_vector``)."""
+        self.tap_tables: list[ir.GlobalVariable] = []
         self.tap_reads = tap_span(geo, self.taps) if self.taps is not None else (0, -1)
         """The lowest and highest offset from a channel's B row that the domain reads."""
         self.starting: ir.Value | None = None
@@ -808,14 +810,12 @@ class _Gemm:
 
     def _tap_loop(self, acc, a_rows, b_at, kcl):
         """The K loop over a Conv's input read in place: a channel a step, its taps
-        unrolled, each tap's B vectors loaded where its masks say the window is inside the
-        image (and the columns inside the tile)."""
+        unrolled (or rolled, ROLLED_TAPS), each tap's B vectors loaded where its masks say
+        the window is inside the image (and the columns inside the tile)."""
         b, taps = self.b, self.taps
         channels = b.udiv(kcl, ir.Constant(I64, taps.count))
-
         rolled = len(taps.live) > ROLLED_TAPS and vector_registers(self.w) >= 32
-        if rolled:
-            masks = self._mask_table()
+        masks = self._mask_table() if rolled else None
 
         def body(cur, channel):
             row = b.gep(b_at, [b.mul(channel, ir.Constant(I64, taps.step))], source_etype=F32)
@@ -852,16 +852,10 @@ class _Gemm:
         """A channel's live taps as a loop (not unrolled): each step reads its tap's B
         offset and A column from constant tables, and its masks from ``masks``. Unrolled,
         LLVM schedules a wide window's loads so early that the accumulators spill."""
-        b, taps, module = self.b, self.taps, self.b.module
+        b, taps = self.b, self.taps
         live = len(taps.live)
         kind = ir.ArrayType(I64, live)
-        tables = []
-        for values in ([taps.offsets[t] for t in taps.live], list(taps.live)):
-            table = ir.GlobalVariable(module, kind, f"taps.{len(module.globals)}")
-            table.initializer = ir.Constant(kind, values)
-            table.global_constant = True
-            table.linkage = "internal"
-            tables.append(table)
+        tables = self._tap_tables(kind)
         bits = ir.IntType(self.w)
 
         def step(cur, i):
@@ -886,6 +880,18 @@ class _Gemm:
 
         stop = ir.Constant(I64, live)
         return self._acc_loop(acc, ir.Constant(I64, 0), stop, 1, "tap", step, rolled=True)
+
+    def _tap_tables(self, kind: ir.ArrayType) -> tuple[ir.GlobalVariable, ...]:
+        """The live taps' B offsets and tap numbers as constant arrays, made once a GEMM."""
+        if not self.tap_tables:
+            module, taps = self.b.module, self.taps
+            for values in ([taps.offsets[t] for t in taps.live], list(taps.live)):
+                table = ir.GlobalVariable(module, kind, f"taps.{len(module.globals)}")
+                table.initializer = ir.Constant(kind, values)
+                table.global_constant = True
+                table.linkage = "internal"
+                self.tap_tables.append(table)
+        return tuple(self.tap_tables)
 
     def _prefetch_taps(self, b_at, channel, channels) -> None:
         """Prefetch into L1 the lines of B this tile reads PREFETCH_CHANNELS channels on

@@ -7,6 +7,7 @@ groups, a batch, with a residual Add and a Relu fused after it."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import polyonnx
+from polyonnx.emit.target import host_target
 from polyonnx.krnl.ir import Buffer
 from polyonnx.krnl.ops import phases
 from polyonnx.krnl.ops.conv import Axis
@@ -130,7 +132,7 @@ def test_a_strided_conv_over_phases_matches_numpy(
         (128, 56, 3, 2, 1, True),  # ResNet-50's: 784 columns
         (64, 57, 3, 2, 1, True),
         (512, 14, 3, 2, 1, False),  # 49 columns (MIN_PLANE)
-        (3, 224, 3, 2, 1, False),  # a stem's 3 channels x 9 taps (MIN_DEPTH)
+        (3, 224, 3, 2, 1, False),  # a stem's 3 channels x 9 taps (MIN_WINDOW_DEPTH)
         (3, 224, 7, 2, 3, True),  # ResNet-50's stem: 3 x 49
         (64, 56, 5, 2, 2, True),
         (64, 56, 3, 2, 0, False),  # no padding: a row of the copy would be 28, not 27
@@ -149,6 +151,18 @@ def test_which_convs_run_over_phases(c, hw, k, stride, pad, phased):
     if phased:  # the copy on threads, the GEMM reads it in place
         assert "packb0" in tree
         assert "parallel" in tree
+
+
+def test_tiles_inside_the_image_take_the_loop_without_masks():
+    """The test for a tile whose every tap lies inside the image ANDs the live taps' masks
+    only: a slot that is no tap has all lanes off, and with it the test folded to false, so
+    every tile took the masked loop. The optimised code keeps the test (all lanes on)."""
+    model = square_conv_model(16, 16, 40, 3, stride=2, pad=1)
+    x = np.zeros((1, 16, 40, 40), F32)
+    session = polyonnx.InferenceSession(model, threads=1)
+    optimized = session.compiled_for({model.graph.input[0].name: x}).jit.optimized
+    lanes = host_target().lanes(4)
+    assert re.search(rf"icmp eq i{lanes} %[\w.]+, -1", optimized)
 
 
 def test_slots_that_are_no_tap_hold_zeros_and_rows_avoid_aliasing():

@@ -6,11 +6,11 @@ Each is an init statement followed by a sum reduction over ``k``::
     S0: Y[b.., i, j] = 0                       (Gemm: beta * C[..])
     S1: Y[b.., i, j] += A[b.., i, k] * B[b.., k, j]
 
-A one-row MatMul with a big B sums slices of K apart, then adds them (SPLIT_K_BYTES);
-each part reads SIDE_BY_SIDE slices of its K side by side (s: their length)::
+A one-row MatMul with a big B sums parts of K apart, then adds them (SPLIT_K_BYTES);
+each part reads S slices of its K side by side (SIDE_BY_SIDE; s: a slice's length)::
 
     S0: P[h, j] = 0
-    S1: P[h, j] += A[s*(8*h + t) + k] * B[s*(8*h + t) + k, j]     (loops h, k, t)
+    S1: P[h, j] += A[s*(S*h + t) + k] * B[s*(S*h + t) + k, j]     (loops h, k, t, j)
     .sum kernel: Y[j] = P[0, j] + P[1, j]
 """
 
@@ -64,18 +64,19 @@ def lower_matmul(ctx: LowerContext, node: Node) -> None:
 SPLIT_K = 2
 SPLIT_K_BYTES = 8 << 20
 """A one-row MatMul (a matrix-vector product) whose B is at least this big, and whose K
-SPLIT_K divides, sums each of SPLIT_K slices of K into its own row of a temp, then adds the
-rows: the slices run on threads, each reading its rows of B start to end, where column
+SPLIT_K divides, sums each of SPLIT_K parts of K into its own row of a temp, then adds the
+rows: the parts run on threads, each reading its rows of B start to end, where column
 chunks of every row (schedule/blocking.py's GEMV_CHUNKS) read each row in pieces, one per
 pass. B that big comes from memory either way. Measured on a Zen 5, 1 x 4096 x 4096, time
 ratio to numpy, one process, batches of 10 calls in alternating rounds, column chunks ->
-slices of K: 1 thread 0.924 -> 0.807 and 0.915 -> 0.793, 2 threads 0.991 -> 0.824. In
+parts of K: 1 thread 0.924 -> 0.807 and 0.915 -> 0.793, 2 threads 0.991 -> 0.824. In
 the perf suite's rounds, which alternate single calls, it read 0.87 (paired 0.93) at 1
 thread, 0.88 at 2."""
 SIDE_BY_SIDE = 8
-"""Slices of K each part reads side by side, row k of each at a time (or 4 or 2, the most
-that divides K): one core reads memory faster along a few streams far apart than along
-rows in a row (schedule/blocking.py's ROW_BLOCK). Measured on a Zen 5, 1 x 4096 x 4096,
+"""Slices each part of K reads side by side, row k of each at a time (or the largest power
+of two below it that divides the part, 1 at least); at most schedule/blocking.py's
+ROW_BLOCK, which reads rows in a row otherwise: one core reads memory faster along a few
+streams far apart than along rows in a row. Measured on a Zen 5, 1 x 4096 x 4096,
 ratio to numpy's time, one process, alternating rounds: 1 thread 1 -> 4 -> 8 slices
 0.910 -> 0.834 -> 0.801 (batches of 10), 0.898 -> 0.912 -> 0.801 (single calls); 2
 threads 0.826 -> 0.718 -> 0.630 and 0.934 -> 0.801 -> 0.854 (quiet pauses between
@@ -92,16 +93,15 @@ def _lower_split_k(ctx, node, a_op, b_op, out: str, dims, shape, k: int) -> None
     """``part[h, ..] = sum over k of part h`` (its slices side by side), then ``out =
     part[0] + part[1] ..``."""
     (a, a_index), (b, b_index) = a_op, b_op
-    side = next(s for s in (SIDE_BY_SIDE, 4, 2, 1) if k % (SPLIT_K * s) == 0)
+    side = next(SIDE_BY_SIDE >> i for i in range(SIDE_BY_SIDE.bit_length())
+                if k % (SPLIT_K * (SIDE_BY_SIDE >> i)) == 0)  # fmt: skip
     slice_k = k // (SPLIT_K * side)
     part_shape = (SPLIT_K, *shape)
     part = ctx.temp(out + ".part", part_shape, a.dtype).name
     rows = ["h", *dims]
-    full, box = [*rows, "k"], [*part_shape, slice_k]
-    at = f"{slice_k}*h + k"
-    if side > 1:
-        full, box = [*full, "t"], [*box, side]
-        at = f"{slice_k}*({side}*h + t) + k"
+    reduce = [("k", slice_k), ("t", side)] if side > 1 else [("k", slice_k)]
+    at = f"{slice_k}*({side}*h + t) + k" if side > 1 else f"{slice_k}*h + k"
+    full = [*rows, *(name for name, _ in reduce)]
 
     def sliced(index: list[str]) -> list[str]:
         return [at if x == "k" else x for x in index]
@@ -112,11 +112,7 @@ def _lower_split_k(ctx, node, a_op, b_op, out: str, dims, shape, k: int) -> None
         kb.load(kb.access(b.name, "S1", full, sliced(b_index)), b.dtype),
     )
     zero = kb.const(0, a.dtype)
-    init = Statement("S0", kb.box("S0", rows, part_shape), kb.access(part, "S0", rows, rows), zero)
-    update = Statement(
-        "S1", kb.box("S1", full, box), kb.access(part, "S1", full, rows), product, "add"
-    )
-    ctx.kernel(node, [init, update])
+    ctx.kernel(node, _contraction(ctx, part, rows, part_shape, reduce, zero, product))
     total: Expr = kb.load(kb.access(part, "S0", dims, ["0", *dims]), a.dtype)
     for h in range(1, SPLIT_K):
         total = kb.binary(
@@ -184,11 +180,13 @@ def _b_operand(ctx: LowerContext, node: Node, a: Buffer) -> tuple[Buffer, bool]:
 
 
 def _contraction(
-    ctx: LowerContext, out: str, dims: list[str], shape, k: int, init: Expr, product: Expr
+    ctx: LowerContext, out: str, dims: list[str], shape, k, init: Expr, product: Expr
 ) -> list[Statement]:
-    """Init, then the sum over k. float16 sums run in a float32 temp rounded once at the
-    end, as numpy does: an fp16 accumulator loses about log2(k) bits."""
-    full = [*dims, "k"]
+    """Init, then the sum over k (an extent, or reduction dims as (name, extent) pairs,
+    outermost first). float16 sums run in a float32 temp rounded once at the end, as numpy
+    does: an fp16 accumulator loses about log2(k) bits."""
+    reduce = [("k", k)] if isinstance(k, int) else list(k)
+    full = [*dims, *(name for name, _ in reduce)]
     half = product.dtype == "float16"
     acc = ctx.temp(out + ".acc", shape, "float32").name if half else out
     if half:
@@ -196,7 +194,11 @@ def _contraction(
         product = kb.binary("mul", *(kb.cast(x, "float32") for x in (product.a, product.b)))
     init_stmt = Statement("S0", kb.box("S0", dims, shape), kb.access(acc, "S0", dims, dims), init)
     update = Statement(
-        "S1", kb.box("S1", full, [*shape, k]), kb.access(acc, "S1", full, dims), product, "add"
+        "S1",
+        kb.box("S1", full, [*shape, *(extent for _, extent in reduce)]),
+        kb.access(acc, "S1", full, dims),
+        product,
+        "add",
     )
     if not half:
         return [init_stmt, update]

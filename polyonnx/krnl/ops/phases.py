@@ -53,7 +53,7 @@ rounds per kernel, packed -> over phases, one process: 128 at 56 1 thread 2.78-2
 2.60-2.62 ms, 2 threads 1.34-1.44 -> 1.20-1.29 (its rows split, TAPS_ROWS_BYTES in
 schedule/gemm.py); 256 at 28 1 thread within 0.03 ms, 2 threads 1.38-1.49 -> 1.33-1.41."""
 
-MIN_DEPTH = 144
+MIN_WINDOW_DEPTH = 144
 """Input channels x taps a group from which a strided Conv runs over phases: with less,
 the copy is a pass over the input for a short K loop. Measured ShuffleNet's 3x3 stride-2
 stem, 3 -> 24 at 224 (27), 1 thread (2 threads): 0.278 -> 0.304 ms (0.146 -> 0.203); but
@@ -90,7 +90,7 @@ def plan(axes: Sequence[Axis], x: Buffer, weights: np.ndarray | None) -> tuple[P
     if math.prod(a.kernel for a in axes) > MAX_TAPS or any(a.kernel < a.stride for a in axes):
         return None
     depth = weights.shape[1] * math.prod(a.kernel for a in axes)
-    if math.prod(a.out for a in axes) < MIN_PLANE or depth < MIN_DEPTH:
+    if math.prod(a.out for a in axes) < MIN_PLANE or depth < MIN_WINDOW_DEPTH:
         return None
     found = []
     for r, a in enumerate(axes):
