@@ -17,7 +17,7 @@ from onnx import helper
 import polyonnx
 from polyonnx.frontend.load import load_graph
 from polyonnx.krnl.lower import lower
-from polyonnx.runtime.compiled import compile_graph
+from polyonnx.runtime.compiled import compile_graph, lower_model
 from tests.helpers import (
     DIMS,
     MATH_TOL,
@@ -451,7 +451,7 @@ def _lrn_ref(x, size, alpha, beta, bias):
     shape=channel_shapes(3, 4),
     size=st.integers(1, 6),
     alpha=st.sampled_from([1e-4, 0.5]),
-    beta=st.sampled_from([0.75, 0.5, 1.0]),
+    beta=st.sampled_from([0.75, 0.5, 0.25, 1.0, 0.6]),
     bias=st.sampled_from([1.0, 2.0]),
     seed=seeds,
 )
@@ -460,6 +460,15 @@ def test_lrn(shape, size, alpha, beta, bias, seed):
     x = random_array(rng, shape)
     expected = _lrn_ref(x, size, alpha, beta, bias)
     check_node("LRN", [x], expected, tol=MATH_TOL, size=size, alpha=alpha, beta=beta, bias=bias)
+
+
+@pytest.mark.parametrize(("beta", "pow_"), [(0.75, False), (0.5, False), (0.6, True)])
+def test_lrn_takes_square_roots_for_quarter_powers(beta, pow_):
+    """base ** 0.75 as sqrt(base) * sqrt(sqrt(base)): pow would run exp and log in double."""
+    x = np.zeros((1, 8, 5, 5), np.float32)
+    model, _ = node_model("LRN", [x], [(np.float32, 4)], size=3, beta=beta)
+    (kernel,) = lower_model(model).kernels
+    assert ("'pow'" in repr(kernel.statements)) == pow_
 
 
 def test_lrn_window_wider_than_channels():
