@@ -30,6 +30,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
+from polyonnx.emit.fmapeak import fma_peak_gflops
+from polyonnx.emit.target import host_target
 
 pytest.importorskip("onnxruntime")
 
@@ -196,6 +198,8 @@ def test_polyonnx(benchmark, built, ort_session, paired, case, threads):
     check(session.run(None, feed)[0], want)  # compiled and warm before the timed region
     record(benchmark, case, "polyonnx", threads)
     benchmark(session.run, None, feed)
+    if case.flops:  # the clock as it is now: a VM's drifts over a run (bench/cases.py Row)
+        benchmark.extra_info["peak_gflops_per_core"] = fma_peak_gflops(host_target(), trials=3)
     baseline = ort_session(model, threads)
     baselines = {"onnxruntime": lambda: baseline.run(None, feed)}
     if case.matmul:

@@ -35,6 +35,9 @@ class Measurement:
     paired: dict[str, float] = field(default_factory=dict)
     """Baseline -> the median of per-round ratios polyonnx / baseline from rounds that
     alternated the two (polyonnx/bench/paired.py), where the run measured them."""
+    peak: float | None = None
+    """The FMA peak of one core (GFLOP/s) measured right after this benchmark, where the
+    run did (a contraction's polyonnx benchmark): the clock of a VM drifts over a run."""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -55,6 +58,8 @@ class Row:
     flops: int | None = None
     medians: dict[str, float] = field(default_factory=dict)
     paired: dict[str, float] = field(default_factory=dict)
+    peak: float | None = None
+    """As Measurement.peak."""
 
 
 def describe(bench: dict) -> tuple[str, str, int, int | None]:
@@ -91,6 +96,7 @@ def measurement(bench: dict) -> Measurement:
             base: float(found["median"])
             for base, found in ((bench.get("extra_info") or {}).get("paired") or {}).items()
         },
+        peak=(bench.get("extra_info") or {}).get("peak_gflops_per_core"),
     )
 
 
@@ -104,7 +110,7 @@ def rows(measured: list[Measurement]) -> list[Row]:
     for m in ours:
         medians = {"polyonnx": m.median}
         medians |= {b: baselines[m.base, b] for b in BASELINES if (m.base, b) in baselines}
-        result[m.key] = Row(m.case, m.threads, m.flops, medians, dict(m.paired))
+        result[m.key] = Row(m.case, m.threads, m.flops, medians, dict(m.paired), m.peak)
     return sorted(result.values(), key=lambda row: (order[row.case], row.threads))
 
 

@@ -34,9 +34,9 @@ def cells(row: Row, peak_per_core: float | None) -> list[str]:
     pairs = [row.paired.get(base) for base in ("onnxruntime", "numpy")]
     ratio += [f"{value:.2f}" if value else "-" for value in pairs]
     rate = row.flops / ours / 1e9 if row.flops else None
-    percent = "-"
-    if rate and peak_per_core:
-        percent = f"{100 * rate / (peak_per_core * row.threads):.0f}%"
+    percent, peak = "-", row.peak or peak_per_core
+    if rate and peak:
+        percent = f"{100 * rate / (peak * row.threads):.0f}%"
     rate_cell = f"{rate:.1f}" if rate else "-"
     return [
         row.case,

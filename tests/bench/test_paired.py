@@ -74,3 +74,20 @@ def test_the_table_shows_paired_ratios_where_measured():
     assert row.paired == {"onnxruntime": 0.8}
     line = dict(zip(HEADER, cells(row, None), strict=True))
     assert (line["ratio ort"], line["paired ort"], line["paired numpy"]) == ("0.50", "0.80", "-")
+
+
+def test_percent_of_peak_uses_the_peak_measured_beside_the_benchmark():
+    """A contraction's benchmark records an FMA loop's rate run right after it (the clock
+    of a VM drifts over a run); the table takes its percent of that, else of the run's."""
+
+    def bench(peak=None):
+        extra = {"case": "matmul-64", "impl": "polyonnx", "threads": 2, "flops": 10**9}
+        if peak:
+            extra["peak_gflops_per_core"] = peak
+        return {"name": "test_polyonnx", "group": "g", "extra_info": extra,
+                "stats": {"median": 1e-2}}  # fmt: skip
+
+    (beside,) = table_rows([bench(peak=62.5)])  # 100 GFLOP/s on 2 cores of 62.5
+    (start,) = table_rows([bench()])
+    assert dict(zip(HEADER, cells(beside, 100.0), strict=True))["% peak"] == "80%"
+    assert dict(zip(HEADER, cells(start, 100.0), strict=True))["% peak"] == "50%"
