@@ -40,41 +40,26 @@ across lanes. Split over threads, each thread takes a range of columns
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from llvmlite import ir
 
 from polyonnx.emit import ops, threads
-from polyonnx.emit.llvmtypes import I64, PTR, constant, no_unroll, splat
+from polyonnx.emit.irhelp import DOT_COLUMNS, F32, I32, LINE_FLOATS, at_most, i32, lesser, loop
+from polyonnx.emit.llvmtypes import I64, PTR, constant, intrinsic, no_unroll, splat
+from polyonnx.emit.packing import Packing
+from polyonnx.emit.taps import TapLoops
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import Access, Binary, Cast, Const, Load, Select, Statement, Unary
 from polyonnx.schedule.gemm import (
-    PREFETCH_CHANNELS,
     Affine,
     Geometry,
     Params,
     b_row_stride,
     b_taps,
     epilogue_loads,
-    tap_lines,
     tap_span,
-    vector_registers,
 )
-
-F32 = ir.FloatType()
-I32 = ir.IntType(32)
-LINE_FLOATS = 16
-"""float32 values in a 64-byte cache line."""
-
-PACK_PREFETCH_ROWS = 3
-"""Packing B read row by row prefetches the row this many on (see _prefetch_b_row). Since
-the first row tile packs such a B (``fuse_packing``), the packing pass reads it only where
-the last columns are dot products. Measured on a Zen 5, 1 thread, against numpy in
-alternating rounds, none -> 3 rows on (time ratios to numpy): as a pass for every such B,
-MatMul 512 x 512 x 4096 0.539 -> 0.512, 1024^3 0.545 -> 0.527, 2048^3 0.561 -> 0.522 (2 or
-8 rows on alike), light ResNet-50 alike (0.876 and 0.879 times onnxruntime's time); with
-the fused packing, 1024 x 1024 x 1027 0.516 -> 0.502, 2048 x 2048 x 2051 0.507 -> 0.502."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +147,7 @@ def _chunk_body(module, name, gemm, split, step, extent, geo) -> ir.Function:
         for k in range(count)
     ]
     start = b.mul(lo, ir.Constant(I64, step))
-    stop = _min(b, b.mul(b.add(hi, ir.Constant(I64, 1)), ir.Constant(I64, step)), extent)
+    stop = at_most(b, b.mul(b.add(hi, ir.Constant(I64, 1)), ir.Constant(I64, step)), extent)
     if split == "rows":
         ranges = [start, stop, ir.Constant(I64, 0), ir.Constant(I64, geo.n)]
     else:
@@ -170,28 +155,6 @@ def _chunk_body(module, name, gemm, split, step, extent, geo) -> ir.Function:
     b.call(gemm, [*ptrs, *ranges])
     b.ret_void()
     return fn
-
-
-ROLLED_TAPS = 9
-"""Windows of more live taps run their taps as a loop (_Gemm._rolled_taps), not unrolled:
-unrolled, LLVM hoisted 25 or 49 taps' broadcasts of A and spilled them. Measured on a
-Zen 5, 1 thread, ratio to onnxruntime's time: 5x5 Conv 128 -> 128 at 28 x 28 packed 1.18,
-in place unrolled 1.37, in place rolled 0.94; the 7x7 stride-2 stem over its phases
-(krnl/ops/phases.py) packed 1.19, in place rolled 0.95-0.96. A 3x3 window stays
-unrolled: 3x3 stride 2, 128 -> 128 at 56, 1.01 unrolled, 1.11 rolled. With AVX2 the taps
-stay unrolled (their masks are vectors there, not bits). As AVX2 code on the Zen 5: the
-5x5 Conv 5.15 ms unrolled, 7.76 rolled; the stem 2.02 unrolled, 2.10 rolled, 2.47
-packed from its input."""
-
-DOT_COLUMNS = 3
-"""A tile's last columns past whole vectors, up to this many, are dot products along k
-(_Gemm.dot_columns) rather than one more vector of FMAs with most lanes idle (a 7x7
-Conv's 49th column). From 4 columns of 8 lanes the vector is the faster: 1 thread, one
-process, ratio to numpy, up to 8 -> up to 3 as dot products: MatMul 127x255x63 (7
-columns) 1.15 -> 1.01, 255^3 1.05 -> 1.00, 127x255x60 (4) 1.19 -> 1.11, 255x255x252
-1.12 -> 1.03; with 2 or 3 columns, dot products or a vector measured alike (127x255x58
-1.16 / 1.21, 127x255x59 1.11 / 1.10); Convs on 14x14 planes (196 = 24 vectors + 4),
-ratio to onnxruntime: 3x3 256->256 1.16 -> 1.13, 1x1 1024->256 0.98 -> 0.93."""
 
 
 # ---- the GEMM function ----------------------------------------------------------------
@@ -230,20 +193,20 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
         a_panel = b.alloca(F32, ir.Constant(I64, rows * params.kc), "ap")
         a_panel.align = 64
     fused = panel is not None and g.fuse_packing
-    with _loop(b, j_lo, j_hi, params.nc, "jc") as jc:
-        nc = _min(b, b.sub(j_hi, jc), params.nc)
-        with _loop(b, ir.Constant(I64, 0), ir.Constant(I64, geo.k), params.kc, "kc") as kc:
-            kcl = _min(b, b.sub(ir.Constant(I64, geo.k), kc), params.kc)
+    with loop(b, j_lo, j_hi, params.nc, "jc") as jc:
+        nc = at_most(b, b.sub(j_hi, jc), params.nc)
+        with loop(b, ir.Constant(I64, 0), ir.Constant(I64, geo.k), params.kc, "kc") as kc:
+            kcl = at_most(b, b.sub(ir.Constant(I64, geo.k), kc), params.kc)
             g.finishing = b.icmp_signed("==", b.add(kc, kcl), ir.Constant(I64, geo.k))
             g.starting = b.icmp_signed("==", kc, ir.Constant(I64, 0))
             if panel is not None and not fused:
                 g.pack_b(panel, bmat, kc, kcl, jc, nc)
-            with _loop(b, i_lo, i_hi, params.mc, "ic") as ic:
-                ie = _min_value(b, b.add(ic, ir.Constant(I64, params.mc)), i_hi)
+            with loop(b, i_lo, i_hi, params.mc, "ic") as ic:
+                ie = lesser(b, b.add(ic, ir.Constant(I64, params.mc)), i_hi)
                 if a_panel is not None:
                     g.pack_a(a_panel, a, ic, ie, kc, kcl)
-                with _loop(b, ir.Constant(I64, 0), nc, params.nr, "jr") as jr:
-                    cols = _min(b, b.sub(nc, jr), params.nr)
+                with loop(b, ir.Constant(I64, 0), nc, params.nr, "jr") as jr:
+                    cols = at_most(b, b.sub(nc, jr), params.nr)
                     g.first_tile = b.icmp_signed("==", jr, ir.Constant(I64, 0))
                     masks = g.column_masks(cols)
                     g.b_masks = None if panel is not None else masks
@@ -263,7 +226,7 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
                                 g.fill_columns(src, step, b.sub(cols, rest), rest, kcl)
                             else:
                                 g.fill_taps(src, b.add(jc, jr), b.sub(cols, rest), rest, kcl)
-                    with _loop(b, ic, ie, params.mr, "ir") as ir_:
+                    with loop(b, ic, ie, params.mr, "ir") as ir_:
                         a_at = b.gep(a, [kc], source_etype=F32)
                         c_at = b.gep(c, [b.add(jc, jr)], source_etype=F32)
                         if panel is not None:
@@ -295,7 +258,7 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
     return fn
 
 
-class _Gemm:
+class _Gemm(TapLoops, Packing):
     def __init__(self, b: ir.IRBuilder, geo: Geometry, params: Params, lanes: int):
         self.b, self.geo, self.p, self.w = b, geo, params, lanes
         self.epilogue: tuple[Statement, ...] = ()
@@ -335,24 +298,24 @@ class _Gemm:
         ``(j // NR) * KC * NR + k * NR + j % NR``, so that the micro-kernel reads B
         contiguously, a line or two per k, and not one line a page apart per k."""
         module = b.module
-        self.fma = _intrinsic(module, f"llvm.fma.v{lanes}f32", self.vec, [self.vec] * 3)
-        self.mload = _intrinsic(
+        self.fma = intrinsic(module, f"llvm.fma.v{lanes}f32", self.vec, [self.vec] * 3)
+        self.mload = intrinsic(
             module, f"llvm.masked.load.v{lanes}f32.p0", self.vec, [PTR, I32, self.mask_t, self.vec]
         )
-        self.mstore = _intrinsic(
+        self.mstore = intrinsic(
             module,
             f"llvm.masked.store.v{lanes}f32.p0",
             ir.VoidType(),
             [self.vec, PTR, I32, self.mask_t],
         )
         ptrs = ir.VectorType(PTR, lanes)
-        self.gather = _intrinsic(
+        self.gather = intrinsic(
             module,
             f"llvm.masked.gather.v{lanes}f32.v{lanes}p0",
             self.vec,
             [ptrs, I32, self.mask_t, self.vec],
         )
-        self.prefetch = _intrinsic(module, "llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+        self.prefetch = intrinsic(module, "llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         self.zero = ir.Constant(self.vec, [0.0] * lanes)
         self.all_lanes = ir.Constant(self.mask_t, [1] * lanes)
         self.lane_ids = ir.Constant(ir.VectorType(I32, lanes), list(range(lanes)))
@@ -456,55 +419,6 @@ class _Gemm:
             acc = self._tap_loop(acc, a_rows, b_at, kcl)
         self._finish_tile(acc, c_rows, rows, masks, col, ir_, ie)
 
-    def _inside_or_edge(self, acc, a_rows, b_at, kcl, tap_masks, col):
-        """The tap loop three ways: without masks where every tap's window of every column
-        of the tile lies inside the image (most tiles of a wide image); with plain loads
-        and ``tap_masks`` zeroing lanes where every tap's row lies within the input
-        (``_within_plane``); else with masked loads. With AVX2's 16 registers the masks
-        (taps x NR / W) live on the stack, and a masked load then costs a reload: a 3x3
-        Conv 64->64 at 56x56 took 4.4 ms masked everywhere against 3.5 ms with no masks."""
-        b = self.b
-        every = self.all_lanes
-        for t in self.taps.live:  # a dead slot's masks are all off
-            for mask in tap_masks[t]:
-                every = b.and_(every, mask)
-        bits = b.bitcast(every, ir.IntType(self.w))
-        inside = b.icmp_unsigned("==", bits, ir.Constant(ir.IntType(self.w), (1 << self.w) - 1))
-        names = ("inside", "plane", "plane.yes", "edge", "done")
-        paths = dict(zip(names, (b.append_basic_block(f"taps.{n}") for n in names), strict=True))
-        b.cbranch(inside, paths["inside"], paths["plane"])
-        b.position_at_end(paths["plane"])
-        b.cbranch(self._within_plane(col), paths["plane.yes"], paths["edge"])
-        results = []
-        for path, masks, select in [
-            ("inside", None, False),
-            ("plane.yes", tap_masks, True),
-            ("edge", tap_masks, False),
-        ]:
-            b.position_at_end(paths[path])
-            self.tap_masks = masks or [[self.all_lanes] * self.nv for _ in tap_masks]
-            self.tap_select = select
-            results.append((self._tap_loop(acc, a_rows, b_at, kcl), b.block))
-            b.branch(paths["done"])
-        self.tap_select = False
-        b.position_at_end(paths["done"])
-        return self._merge(results)
-
-    def _within_plane(self, col: ir.Value) -> ir.Value:
-        """Whether every tap's whole NR-wide row of the tile (first column ``col``) lies
-        between the lowest and highest element the domain reads (``tap_span``): then loads
-        of all lanes stay inside the input (a lane past an image row reads the next row)
-        and only need their values masked."""
-        b, taps = self.b, self.taps
-        offsets = [taps.offsets[t] for t in taps.live]
-        low, high = self.tap_reads
-        first = b.add(col, ir.Constant(I64, min(offsets)))
-        last = b.add(col, ir.Constant(I64, max(offsets) + self.p.nr - 1))
-        return b.and_(
-            b.icmp_signed(">=", first, ir.Constant(I64, low)),
-            b.icmp_signed("<=", last, ir.Constant(I64, high)),
-        )
-
     def _merge(self, tiles):
         """One accumulator tile of phis over ``tiles``: (tile, the block it comes from)."""
         first = tiles[0][0]
@@ -524,7 +438,7 @@ class _Gemm:
         for r in range(p.mr):
             row = b.add(ir_, ir.Constant(I64, r))
             if not self.whole_rows:
-                row = _min_value(b, row, last)
+                row = lesser(b, row, last)
             rows.append(row)
             if packed is None:
                 at = b.gep(a_at, [b.mul(row, ir.Constant(I64, geo.lda))], source_etype=F32)
@@ -555,39 +469,15 @@ class _Gemm:
         ``step`` floats from one k to the next) into ``self.bt``, one row per column, each
         zero-padded to a whole vector past ``kcl``."""
         b = self.b
-        with _loop(b, ir.Constant(I64, 0), rest, 1, "btj") as j:
+        with loop(b, ir.Constant(I64, 0), rest, 1, "btj") as j:
             row = b.gep(self.bt, [b.mul(j, ir.Constant(I64, self.kcp))], source_etype=F32)
             column = b.gep(src, [b.add(first, j)], source_etype=F32)
-            with _loop(b, ir.Constant(I64, 0), kcl, 1, "btk") as k:
+            with loop(b, ir.Constant(I64, 0), kcl, 1, "btk") as k:
                 at = b.gep(column, [b.mul(k, ir.Constant(I64, step))], source_etype=F32)
                 value = b.load(at, typ=F32, align=4)
                 b.store(value, b.gep(row, [k], source_etype=F32), align=4)
             end = b.gep(row, [kcl], source_etype=F32)
             b.store(self.zero, b.bitcast(end, self.vec.as_pointer()), align=4)
-
-    def fill_taps(self, src, col, first, rest, kcl) -> None:
-        """``fill_columns`` for a Conv read in place (``src``: B at this tile's column 0 and
-        this K block's first channel, ``col``: the tile's first column): per channel and
-        tap, one masked load of the vector at column ``first`` (the window outside the
-        image reads 0), its first DOT_COLUMNS lanes stored down the rows of ``self.bt``."""
-        b, taps = self.b, self.taps
-        full, self.nv = self.nv, 1
-        masks = self._tap_masks(b.add(col, first), [self.below(ir.Constant(I64, 0), rest)])
-        self.nv = full
-        channels = b.udiv(kcl, ir.Constant(I64, taps.count))
-        with _loop(b, ir.Constant(I64, 0), channels, 1, "btc") as channel:
-            row = b.gep(src, [b.mul(channel, ir.Constant(I64, taps.step))], source_etype=F32)
-            k0 = b.mul(channel, ir.Constant(I64, taps.count))
-            for t, offset in enumerate(taps.offsets):
-                at = self._at(b.gep(row, [first], source_etype=F32), offset)
-                value = b.call(self.mload, [at, ir.Constant(I32, 4), masks[t][0], self.zero])
-                k = b.add(k0, ir.Constant(I64, t))
-                for j in range(DOT_COLUMNS):  # rows past ``rest`` get zeros, never read
-                    to = b.add(b.mul(ir.Constant(I64, j), ir.Constant(I64, self.kcp)), k)
-                    b.store(b.extract_element(value, _i32(j)), self._at(self.bt, to), align=4)
-        with _loop(b, ir.Constant(I64, 0), rest, 1, "btz") as j:
-            end = b.add(b.mul(j, ir.Constant(I64, self.kcp)), kcl)
-            b.store(self.zero, b.bitcast(self._at(self.bt, end), self.vec.as_pointer()), align=4)
 
     def dot_columns(self, a_at, c_at, ir_, ie, kcl, col, rest, offset) -> None:
         """The tile's last ``rest`` (< DOT_COLUMNS + 1) columns from column ``col``: each C
@@ -599,13 +489,13 @@ class _Gemm:
         one = ir.Constant(self.mask_t, [1] + [0] * (w - 1))
         full, saved = self.nv, self.b_masks
         self.nv = 1
-        with _loop(b, ir.Constant(I64, 0), rest, 1, "dj") as j:
+        with loop(b, ir.Constant(I64, 0), rest, 1, "dj") as j:
             at = b.add(col, j)
             c_at_j = [b.gep(c, [b.add(offset, j)], source_etype=F32) for c in c_rows]
             column = b.gep(self.bt, [b.mul(j, ir.Constant(I64, self.kcp))], source_etype=F32)
             sums = self._dots(a_rows, column, kcl)
             start = self._initial(c_at_j, rows, [one], at)
-            acc = [[b.fadd(start[r][0], b.insert_element(self.zero, sums[r], _i32(0)))]
+            acc = [[b.fadd(start[r][0], b.insert_element(self.zero, sums[r], i32(0)))]
                    for r in range(len(rows))]  # fmt: skip
             self._finish_tile(acc, c_at_j, rows, [one], at, ir_, ie)
         self.nv, self.b_masks = full, saved
@@ -808,138 +698,6 @@ class _Gemm:
             at = self._at(base, b.add(k, ir.Constant(I64, row * self.geo.lda)))
             b.call(self.prefetch, [at, *(ir.Constant(I32, x) for x in (0, 2, 1))])
 
-    def _tap_loop(self, acc, a_rows, b_at, kcl):
-        """The K loop over a Conv's input read in place: a channel a step, its taps
-        unrolled (or rolled, ROLLED_TAPS), each tap's B vectors loaded where its masks say
-        the window is inside the image (and the columns inside the tile)."""
-        b, taps = self.b, self.taps
-        channels = b.udiv(kcl, ir.Constant(I64, taps.count))
-        rolled = len(taps.live) > ROLLED_TAPS and vector_registers(self.w) >= 32
-        masks = self._mask_table() if rolled else None
-
-        def body(cur, channel):
-            row = b.gep(b_at, [b.mul(channel, ir.Constant(I64, taps.step))], source_etype=F32)
-            if self.p.prefetch:
-                self._prefetch_taps(b_at, channel, channels)
-            first = b.mul(channel, ir.Constant(I64, taps.count))
-            if rolled:
-                return self._rolled_taps(cur, a_rows, row, first, masks)
-            for t in taps.live:
-                offset = taps.offsets[t]
-                bv = [self._tap_vector(row, offset + v * self.w, t, v) for v in range(self.nv)]
-                k = b.add(first, ir.Constant(I64, t)) if t else first
-                cur = self._fma_rows(cur, a_rows, k, bv)
-            return cur
-
-        return self._acc_loop(acc, ir.Constant(I64, 0), channels, 1, "kch", body)
-
-    def _mask_table(self) -> ir.Value | None:
-        """The tile's tap masks (``tap_masks``, live taps only) stored to a stack array
-        that the rolled tap loop reads, an integer of W bits each; None when every mask
-        has all lanes on (the tile lies inside the image)."""
-        b, taps = self.b, self.taps
-        masks = [self.tap_masks[t][v] for t in taps.live for v in range(self.nv)]
-        if all(isinstance(mask, ir.Constant) for mask in masks):
-            return None
-        bits = ir.IntType(self.w)
-        with b.goto_block(b.function.entry_basic_block):
-            table = b.alloca(bits, ir.Constant(I64, len(masks)), "tap.masks")
-        for i, mask in enumerate(masks):
-            b.store(b.bitcast(mask, bits), b.gep(table, [ir.Constant(I64, i)], source_etype=bits))
-        return table
-
-    def _rolled_taps(self, acc, a_rows, row, first, masks):
-        """A channel's live taps as a loop (not unrolled): each step reads its tap's B
-        offset and A column from constant tables, and its masks from ``masks``. Unrolled,
-        LLVM schedules a wide window's loads so early that the accumulators spill."""
-        b, taps = self.b, self.taps
-        live = len(taps.live)
-        kind = ir.ArrayType(I64, live)
-        tables = self._tap_tables(kind)
-        bits = ir.IntType(self.w)
-
-        def step(cur, i):
-            offset, tap = (
-                b.load(b.gep(t, [ir.Constant(I64, 0), i], source_etype=kind), typ=I64)
-                for t in tables
-            )
-            bv = []
-            for v in range(self.nv):
-                at = b.gep(row, [b.add(offset, ir.Constant(I64, v * self.w))], source_etype=F32)
-                if masks is None:
-                    bv.append(b.load(at, typ=self.vec, align=4))
-                    continue
-                slot = b.add(b.mul(i, ir.Constant(I64, self.nv)), ir.Constant(I64, v))
-                word = b.load(b.gep(masks, [slot], source_etype=bits), typ=bits)
-                mask = b.bitcast(word, self.mask_t)
-                if self.tap_select:
-                    bv.append(b.select(mask, b.load(at, typ=self.vec, align=4), self.zero))
-                else:
-                    bv.append(b.call(self.mload, [at, ir.Constant(I32, 4), mask, self.zero]))
-            return self._fma_rows(cur, a_rows, b.add(first, tap), bv)
-
-        stop = ir.Constant(I64, live)
-        return self._acc_loop(acc, ir.Constant(I64, 0), stop, 1, "tap", step, rolled=True)
-
-    def _tap_tables(self, kind: ir.ArrayType) -> tuple[ir.GlobalVariable, ...]:
-        """The live taps' B offsets and tap numbers as constant arrays, made once a GEMM."""
-        if not self.tap_tables:
-            module, taps = self.b.module, self.taps
-            for values in ([taps.offsets[t] for t in taps.live], list(taps.live)):
-                table = ir.GlobalVariable(module, kind, f"taps.{len(module.globals)}")
-                table.initializer = ir.Constant(kind, values)
-                table.global_constant = True
-                table.linkage = "internal"
-                self.tap_tables.append(table)
-        return tuple(self.tap_tables)
-
-    def _prefetch_taps(self, b_at, channel, channels) -> None:
-        """Prefetch into L1 the lines of B this tile reads PREFETCH_CHANNELS channels on
-        (the block's last channel where that is past it)."""
-        b, last = self.b, self.b.sub(channels, ir.Constant(I64, 1))
-        later = _min_value(b, b.add(channel, ir.Constant(I64, PREFETCH_CHANNELS)), last)
-        row = b.gep(b_at, [b.mul(later, ir.Constant(I64, self.taps.step))], source_etype=F32)
-        for first, end in tap_lines(self.taps, self.p.nr):
-            for offset in [*range(first, end, LINE_FLOATS), end]:
-                b.call(self.prefetch, [self._at(row, offset), _i32(0), _i32(3), _i32(1)])
-
-    def _tap_vector(self, row, offset: int, tap: int, v: int) -> ir.Value:
-        """Vector ``v`` of tap ``tap``'s B row: a masked load, or with ``tap_select`` (the
-        row lies in the plane) a plain load and its masked lanes zeroed, an AND whose mask
-        can stay in memory: with AVX2's 16 registers a masked load needs its mask in one,
-        and a 6x16 tile's accumulators then spill."""
-        b, mask = self.b, self.tap_masks[tap][v]
-        at = self._at(row, offset)
-        if isinstance(mask, ir.Constant):
-            return b.load(at, typ=self.vec, align=4)
-        if self.tap_select:
-            return b.select(mask, b.load(at, typ=self.vec, align=4), self.zero)
-        return b.call(self.mload, [at, ir.Constant(I32, 4), mask, self.zero])
-
-    def _tap_masks(self, col: ir.Value, masks: list[ir.Value]) -> list[list[ir.Value]]:
-        """Per tap, per vector of the tile (first column ``col``): the lanes whose input
-        element lies inside the image, and inside the tile (``masks``)."""
-        b, geo, taps = self.b, self.geo, self.taps
-        vec32 = ir.VectorType(I32, self.w)
-        out = [list(masks[: self.nv]) for _ in taps.offsets]
-        for v in range(self.nv):
-            first = b.trunc(b.add(col, ir.Constant(I64, v * self.w)), I32)
-            flat = b.add(splat(b, first, self.w), self.lane_ids)
-            values = {}
-            for d in reversed(geo.cols):
-                size = ir.Constant(vec32, [geo.sizes[d]] * self.w)
-                values[d] = b.urem(flat, size)
-                flat = b.udiv(flat, size)
-            for columns, bounds in zip(taps.columns, taps.bounds, strict=True):
-                part = ir.Constant(vec32, [0] * self.w)
-                for d, coeff in zip(geo.cols, columns, strict=True):
-                    if coeff:
-                        part = b.add(part, b.mul(values[d], ir.Constant(vec32, [coeff] * self.w)))
-                for t, bound in enumerate(bounds):
-                    inside = b.icmp_signed(">=", part, ir.Constant(vec32, [-bound] * self.w))
-                    out[t][v] = b.and_(out[t][v], inside)
-        return out
-
     def _acc_loop(self, acc, start, stop, step, name, body, rolled=False):
         """``for k in start..stop by step: acc = body(acc, k)``, the accumulators
         loop-carried (phis); ``rolled``: LLVM may not unroll it."""
@@ -1003,315 +761,3 @@ class _Gemm:
             av = splat(b, scalar, self.w)
             out.append([b.call(self.fma, [av, bv[v], acc[r][v]]) for v in range(self.nv)])
         return out
-
-    # -- packing A -----------------------------------------------------------------------
-
-    def pack_a(self, panel, src, ic, ie, kc, kcl) -> None:
-        """Rows ic..ie, columns kc..kc+kcl of A into ``panel``: per MR rows, k-major with
-        the MR values of one k side by side (rows past ie repeat the last row). W columns
-        at a time: a vector from each row, transposed in registers; the last kcl % W
-        columns one value at a time."""
-        b, p, geo = self.b, self.p, self.geo
-        last = b.sub(ie, ir.Constant(I64, 1))
-        whole = b.sub(kcl, b.urem(kcl, ir.Constant(I64, self.w)))
-        block_t = ir.VectorType(F32, p.mr * self.w)
-        with _loop(b, ic, ie, p.mr, "pa") as start:
-            block = b.sdiv(b.sub(start, ic), ir.Constant(I64, p.mr))
-            dst = b.gep(panel, [b.mul(block, b.mul(kcl, ir.Constant(I64, p.mr)))], source_etype=F32)
-            origins = []
-            for r in range(p.mr):
-                row = _min_value(b, b.add(start, ir.Constant(I64, r)), last)
-                at = b.add(b.mul(row, ir.Constant(I64, geo.lda)), kc)
-                origins.append(b.gep(src, [at], source_etype=F32))
-            with _loop(b, ir.Constant(I64, 0), whole, self.w, "pav") as k:
-                rows = [b.load(self._at(o, k), typ=self.vec, align=4) for o in origins]
-                at = self._at(dst, b.mul(k, ir.Constant(I64, p.mr)))
-                out = b.bitcast(at, block_t.as_pointer())
-                b.store(_transpose(b, rows, self.w), out, align=4)
-            for r, origin in enumerate(origins):
-                with _loop(b, whole, kcl, 1, f"pa{r}") as k:
-                    value = b.load(self._at(origin, k), typ=F32, align=4)
-                    at = b.add(b.mul(k, ir.Constant(I64, p.mr)), ir.Constant(I64, r))
-                    b.store(value, self._at(dst, at), align=4)
-
-    # -- packing B -----------------------------------------------------------------------
-
-    def pack_b(self, panel, src, kc, kcl, jc, nc) -> None:
-        """Rows kc..kc+kcl, columns jc..jc+nc of B into ``panel`` (micro-panel order, see
-        ``ncp``), zero where the domain has no point, then zeros up to the next whole NR
-        tile."""
-        b, geo, nr = self.b, self.geo, self.p.nr
-        width = math.prod(geo.sizes[d] for d in self.run_dims)
-        with _loop(b, ir.Constant(I64, 0), kcl, 1, "pk") as kk:
-            values = _unflatten(b, b.add(kc, kk), [(d, geo.sizes[d]) for d in geo.depth])
-            row_off = _dot(b, geo.b.coeffs, values, 0)
-            rests = [_dot(b, coeffs, values, const) for coeffs, const in geo.constraints]
-            first = b.sdiv(jc, ir.Constant(I64, width))
-            last = b.sdiv(b.add(jc, b.sub(nc, ir.Constant(I64, 1))), ir.Constant(I64, width))
-            with _loop(b, first, b.add(last, ir.Constant(I64, 1)), 1, "pr") as rho:
-                self._pack_run(src, panel, kk, rho, jc, nc, row_off, rests)
-            partial = b.urem(nc, ir.Constant(I64, nr))
-            tail = b.sub(_round_up(b, nc, nr), nc)
-            row = self._panel_at(panel, kk, b.sub(nc, partial), partial)
-            # not with no columns to zero: a masked store whose lanes are all off still
-            # costs a microcode assist where its page was never touched (the panel's
-            # spare micro-panel on a worker's fresh stack)
-            with b.if_then(b.icmp_signed(">", partial, ir.Constant(I64, 0))):
-                for v in range(self.nv):
-                    mask = self.below(ir.Constant(I64, v * self.w), tail)
-                    at = self._at(row, v * self.w)
-                    b.call(self.mstore, [self.zero, at, _i32(4), mask])
-
-    @property
-    def fuse_packing(self) -> bool:
-        """Whether the first row tile of a block packs B as it computes: it reads B in
-        place a row at a time (``ldb``) and stores each vector it loads to the panel,
-        where its FMAs hide the copy, and the other row tiles read the panel. Not with
-        the last columns as dot products (their transposed copy comes from the panel)."""
-        return bool(self.ldb) and self.bt is None
-
-    @property
-    def run_dims(self) -> tuple[int, ...]:
-        """The trailing J dims that B reads as one evenly strided run: the innermost, and
-        each next one out while B's offset keeps the same step across it and no padding
-        constraint names it (a 1x1 Conv's whole output plane, not one row of it). Packing
-        copies a run with whole vectors; runs one short row long (27 columns) left most
-        vectors split across micro-panels and masked."""
-        geo = self.geo
-        inner = geo.cols[-1]
-        if any(coeffs[inner] for coeffs, _ in geo.constraints):
-            return (inner,)
-        runs, stride = [inner], geo.b.coeffs[inner] * geo.sizes[inner]
-        for d in reversed(geo.cols[:-1]):
-            if geo.b.coeffs[d] != stride or any(coeffs[d] for coeffs, _ in geo.constraints):
-                break
-            runs.insert(0, d)
-            stride *= geo.sizes[d]
-        return tuple(runs)
-
-    def panel_tile(self, panel, col) -> ir.Value:
-        """The packed panel's micro-panel of columns ``col ..`` (a multiple of NR)."""
-        return self.b.gep(panel, [self.b.mul(col, ir.Constant(I64, self.p.kc))], source_etype=F32)
-
-    def _panel_at(self, panel, k, tile_col, offset) -> ir.Value:
-        """The packed panel at row ``k``, column ``tile_col + offset`` (``tile_col`` a
-        multiple of NR, ``offset`` below NR)."""
-        b = self.b
-        row = b.add(b.mul(k, ir.Constant(I64, self.p.nr)), offset)
-        return b.gep(self.panel_tile(panel, tile_col), [row], source_etype=F32)
-
-    def _pack_run(self, src, panel, kk, rho, jc, nc, row_off, rests) -> None:
-        """One run of the innermost J dim (fixed outer J dims ``rho``), clipped to the
-        column block and to the domain's constraints, into row ``kk`` of the panel."""
-        b, geo = self.b, self.geo
-        inner = geo.cols[-1]
-        runs = self.run_dims
-        width = math.prod(geo.sizes[d] for d in runs)
-        base = b.mul(rho, ir.Constant(I64, width))
-        w0 = _max(b, b.sub(jc, base), 0)
-        w1 = _min(b, b.sub(b.add(jc, nc), base), width)
-        values = _unflatten(b, rho, [(d, geo.sizes[d]) for d in geo.cols[: -len(runs)]])
-        offset = _dot(b, geo.b.coeffs, values, 0, start=row_off)
-        lo, hi = w0, w1
-        for (coeffs, _), rest in zip(geo.constraints, rests, strict=True):
-            rest = _dot(b, coeffs, values, 0, start=rest)
-            lo, hi = self._clip(coeffs[inner], rest, lo, hi, w1)
-        step = geo.b.coeffs[inner]
-        with _loop(b, w0, w1, self.w, "pw") as w:
-            at = b.sub(b.add(base, w), jc)  # the panel column
-            whole = b.icmp_signed("<=", b.add(w, ir.Constant(I64, self.w)), hi)
-            inside = b.and_(b.icmp_signed(">=", w, lo), whole)
-            with b.if_else(inside, likely=True) as (then, otherwise):
-                with then:  # a whole vector of taps inside the image: no masks
-                    if step == 1 and self.ldb:
-                        self._prefetch_b_row(src, offset, w)
-                    value = self._run_vector(src, offset, w, step, self.all_lanes)
-                    self._panel_store(panel, kk, at, value, self.all_lanes)
-                with otherwise:  # a run's ends: the padding and the block's edge
-                    keep = self.below(w, w1)
-                    valid = b.and_(keep, b.and_(self.below(w, hi), b.not_(self.below(w, lo))))
-                    value = self._run_vector(src, offset, w, step, valid)
-                    self._panel_store(panel, kk, at, value, keep)
-
-    def _prefetch_b_row(self, src, offset, w) -> None:
-        """Prefetch into L1 the line of B that packing copies PACK_PREFETCH_ROWS rows on
-        (each B row a packed block reads is a short run in another page, whose first lines
-        the hardware prefetchers miss; a prefetch past B's end does not fault)."""
-        b = self.b
-        at = b.gep(src, [b.add(offset, w)], source_etype=F32)
-        later = self._at(at, PACK_PREFETCH_ROWS * self.ldb)
-        b.call(self.prefetch, [later, _i32(0), _i32(3), _i32(1)])
-
-    def _panel_store(self, panel, k, col, value, mask) -> None:
-        """Store the lanes of ``value`` under ``mask`` at row ``k``, columns ``col ..`` of
-        the packed panel: one store, or two where the vector crosses into the next
-        micro-panel (a Conv's output row that does not start on a vector)."""
-        b, nr = self.b, self.p.nr
-        offset = b.urem(col, ir.Constant(I64, nr))
-        at = self._panel_at(panel, k, b.sub(col, offset), offset)
-        fits = b.icmp_unsigned("<=", offset, ir.Constant(I64, nr - self.w))
-        with b.if_else(fits, likely=True) as (then, otherwise):
-            with then:
-                b.call(self.mstore, [value, at, _i32(4), mask])
-            with otherwise:
-                here = self.below(offset, ir.Constant(I64, nr))
-                b.call(self.mstore, [value, at, _i32(4), b.and_(mask, here)])
-                # lane l >= NR - offset is column l - (NR - offset) of the next micro-panel
-                there = self._at(at, (self.p.kc - 1) * nr)
-                spill = b.and_(mask, b.not_(here))
-                bits = b.bitcast(spill, ir.IntType(self.w))
-                with b.if_then(b.icmp_unsigned("!=", bits, ir.Constant(ir.IntType(self.w), 0))):
-                    b.call(self.mstore, [value, there, _i32(4), spill])  # see pack_b
-
-    def _run_vector(self, src, offset, w, step: int, mask) -> ir.Value:
-        """Lanes l of ``src[offset + step*(w + l)]`` where ``mask``, else 0."""
-        if step == 1:
-            at = self.b.gep(src, [self.b.add(offset, w)], source_etype=F32)
-            return self.b.call(self.mload, [at, ir.Constant(I32, 4), mask, self.zero])
-        if step == 2:
-            return self._every_other(src, offset, w, mask)
-        return self._gather(src, offset, w, step, mask)
-
-    def _clip(self, a: int, rest, lo, hi, w1):
-        """Narrow [lo, hi) to the w with ``a*w + rest >= 0``."""
-        b = self.b
-        if a > 0:  # w >= ceil(-rest / a)
-            return _max_value(b, lo, b.sub(ir.Constant(I64, 0), _floor_div(b, rest, a))), hi
-        if a < 0:  # w <= floor(rest / -a)
-            return lo, _min_value(b, hi, b.add(_floor_div(b, rest, -a), ir.Constant(I64, 1)))
-        empty = b.icmp_signed("<", rest, ir.Constant(I64, 0))
-        return b.select(empty, w1, lo), hi
-
-    def _every_other(self, src, offset, w, mask) -> ir.Value:
-        """Lanes l of ``src[offset + 2*(w + l)]`` (a stride-2 conv's row): two contiguous
-        masked loads and one shuffle of their even lanes, instead of a gather."""
-        b, lanes = self.b, self.w
-        start = b.gep(src, [b.add(offset, b.mul(w, ir.Constant(I64, 2)))], source_etype=F32)
-        none = ir.Constant(self.mask_t, [0] * lanes)
-        halves = []
-        for half in range(2):
-            # source lane 2i is destination lane half*lanes/2 + i; odd source lanes unused
-            picks = [half * lanes // 2 + i // 2 if i % 2 == 0 else lanes for i in range(lanes)]
-            part = b.shuffle_vector(mask, none, ir.Constant(ir.VectorType(I32, lanes), picks))
-            at = self._at(start, half * lanes)
-            halves.append(b.call(self.mload, [at, ir.Constant(I32, 4), part, self.zero]))
-        evens = ir.Constant(ir.VectorType(I32, lanes), list(range(0, 2 * lanes, 2)))
-        return b.shuffle_vector(halves[0], halves[1], evens)
-
-    def _gather(self, src, offset, w, step, mask) -> ir.Value:
-        b = self.b
-        vec64 = ir.VectorType(I64, self.w)
-        start = b.ptrtoint(
-            b.gep(src, [b.add(offset, b.mul(w, ir.Constant(I64, step)))], source_etype=F32), I64
-        )
-        lanes = ir.Constant(vec64, [4 * step * lane for lane in range(self.w)])
-        ptrs = b.inttoptr(b.add(splat(b, start, self.w), lanes), ir.VectorType(PTR, self.w))
-        return b.call(self.gather, [ptrs, ir.Constant(I32, 4), mask, self.zero])
-
-
-# ---- small IR helpers ------------------------------------------------------------------
-
-
-class _loop:
-    """``for (it = start; it < stop; it += step)``; yields the i64 iterator."""
-
-    def __init__(self, b: ir.IRBuilder, start, stop, step: int, name: str):
-        self.b, self.start, self.stop, self.step, self.name = b, start, stop, step, name
-
-    def __enter__(self) -> ir.Value:
-        b = self.b
-        pre = b.block
-        self.head = b.append_basic_block(f"{self.name}.head")
-        body = b.append_basic_block(f"{self.name}.body")
-        self.exit = b.append_basic_block(f"{self.name}.exit")
-        b.branch(self.head)
-        b.position_at_end(self.head)
-        self.it = b.phi(I64, self.name)
-        self.it.add_incoming(self.start, pre)
-        b.cbranch(b.icmp_signed("<", self.it, self.stop), body, self.exit)
-        b.position_at_end(body)
-        return self.it
-
-    def __exit__(self, *exc) -> None:
-        b = self.b
-        self.it.add_incoming(b.add(self.it, ir.Constant(I64, self.step)), b.block)
-        b.branch(self.head)
-        b.position_at_end(self.exit)
-
-
-def _transpose(b: ir.IRBuilder, rows: list[ir.Value], lanes: int) -> ir.Value:
-    """The vectors ``rows`` (R of ``lanes`` floats) as one vector of R * lanes, column by
-    column: element ``k * R + r`` is lane k of row r. Concatenated pairwise (padded with
-    undefined vectors to a power of two), then one permutation."""
-    parts = list(rows) + [ir.Constant(rows[0].type, ir.Undefined)] * (
-        (1 << (len(rows) - 1).bit_length()) - len(rows)
-    )
-    while len(parts) > 1:
-        size = len(parts[0].type) * 2
-        mask = ir.Constant(ir.VectorType(I32, size), list(range(size)))
-        parts = [b.shuffle_vector(x, y, mask) for x, y in zip(parts[::2], parts[1::2], strict=True)]
-    whole = parts[0]
-    order = [r * lanes + k for k in range(lanes) for r in range(len(rows))]
-    mask = ir.Constant(ir.VectorType(I32, len(order)), order)
-    return b.shuffle_vector(whole, ir.Constant(whole.type, ir.Undefined), mask)
-
-
-def _intrinsic(module: ir.Module, name: str, ret, args) -> ir.Function:
-    existing = module.globals.get(name)
-    if existing is not None:
-        return existing
-    return ir.Function(module, ir.FunctionType(ret, args), name)
-
-
-def _unflatten(b: ir.IRBuilder, flat: ir.Value, dims) -> dict[int, ir.Value]:
-    """Row-major digits of ``flat`` over ``dims`` ((position, extent), outermost first)."""
-    values = {}
-    for d, size in reversed(dims):
-        if size == 1:
-            values[d] = ir.Constant(I64, 0)
-            continue
-        values[d] = b.srem(flat, ir.Constant(I64, size))
-        flat = b.sdiv(flat, ir.Constant(I64, size))
-    return values
-
-
-def _dot(b, coeffs, values: dict[int, ir.Value], const: int, start=None) -> ir.Value:
-    total = start if start is not None else ir.Constant(I64, const)
-    if start is not None and const:
-        total = b.add(total, ir.Constant(I64, const))
-    for d, value in values.items():
-        if coeffs[d]:
-            total = b.add(total, b.mul(value, ir.Constant(I64, coeffs[d])))
-    return total
-
-
-def _floor_div(b: ir.IRBuilder, x: ir.Value, d: int) -> ir.Value:
-    """floor(x / d) for a positive constant d."""
-    q = b.sdiv(x, ir.Constant(I64, d))
-    fix = b.icmp_signed("<", b.srem(x, ir.Constant(I64, d)), ir.Constant(I64, 0))
-    return b.sub(q, b.zext(fix, I64))
-
-
-def _i32(value: int) -> ir.Constant:
-    return ir.Constant(I32, value)
-
-
-def _round_up(b: ir.IRBuilder, x: ir.Value, multiple: int) -> ir.Value:
-    m = ir.Constant(I64, multiple)
-    return b.mul(b.sdiv(b.add(x, ir.Constant(I64, multiple - 1)), m), m)
-
-
-def _min(b: ir.IRBuilder, x: ir.Value, limit: int) -> ir.Value:
-    return _min_value(b, x, ir.Constant(I64, limit))
-
-
-def _max(b: ir.IRBuilder, x: ir.Value, limit: int) -> ir.Value:
-    return _max_value(b, x, ir.Constant(I64, limit))
-
-
-def _min_value(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    return b.select(b.icmp_signed("<", x, y), x, y)
-
-
-def _max_value(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    return b.select(b.icmp_signed(">", x, y), x, y)

@@ -653,7 +653,7 @@ def b_row_stride(geo: Geometry) -> int | None:
 
 
 MAX_TAPS = 49
-"""Most taps per channel read in place (a 7x7 window). Up to emit/ukernel.py's
+"""Most taps per channel read in place (a 7x7 window). Up to emit/taps.py's
 ROLLED_TAPS taps (with AVX2 all) are unrolled in the K loop, each with its own masks;
 more run as a loop over tables of their offsets and masks. Measured against packing the
 window, ratio to onnxruntime's time, 1 thread: on a Zen 5 (8 x 32 tile, taps rolled), 5x5

@@ -289,7 +289,7 @@ def test_any_ukernel_parameters_compute_the_product(
     nc=st.sampled_from((16, 40, 512)), split=st.sampled_from(("none", "cols")), seed=seeds,
 )  # fmt: skip
 def test_a_conv_with_b_packed_computes_the_conv(c, m, hw, k, stride, pad, nr, kc, nc, split, seed):
-    """Packing copies a 1x1 Conv's whole output plane as one run (emit/ukernel.py
+    """Packing copies a 1x1 Conv's whole output plane as one run (emit/packing.py
     ``run_dims``), a padded or strided one row by row: column blocks that start and end
     mid-row, K blocks, and planes shorter than a vector."""
     if hw + 2 * pad < k or (k == 1 and pad):

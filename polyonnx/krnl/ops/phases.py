@@ -58,7 +58,7 @@ MIN_WINDOW_DEPTH = 144
 the copy is a pass over the input for a short K loop. Measured ShuffleNet's 3x3 stride-2
 stem, 3 -> 24 at 224 (27), 1 thread (2 threads): 0.278 -> 0.304 ms (0.146 -> 0.203); but
 the 7x7 stride-2 stem of ResNet-50, 3 -> 64 at 224 (147), on a Zen 5: 1.19 -> 0.95-0.96
-of onnxruntime's time (emit/ukernel.py's ROLLED_TAPS)."""
+of onnxruntime's time (emit/taps.py's ROLLED_TAPS)."""
 
 
 @dataclass(frozen=True)

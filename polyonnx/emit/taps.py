@@ -1,0 +1,237 @@
+"""The GEMM micro-kernel's K loop over a Conv's input read in place (emit/ukernel.py's
+``_Gemm`` with ``taps``; schedule/gemm.py's ``Taps``): a channel a step, each tap's B vectors
+loaded from the input under masks that keep the window inside the image. A tile whose every
+tap lies inside takes the loop without masks; one whose taps' rows lie in the input plane
+loads every lane and zeroes the masked ones; others load under the masks. Up to
+ROLLED_TAPS taps are unrolled; with AVX-512 more run as a loop over constant tables of
+their offsets, the tile's masks stored to the stack.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from polyonnx.emit.irhelp import DOT_COLUMNS, F32, I32, LINE_FLOATS, i32, lesser, loop
+from polyonnx.emit.llvmtypes import I64, splat
+from polyonnx.schedule.gemm import PREFETCH_CHANNELS, tap_lines, vector_registers
+
+ROLLED_TAPS = 9
+"""Windows of more live taps run their taps as a loop (_Gemm._rolled_taps), not unrolled:
+unrolled, LLVM hoisted 25 or 49 taps' broadcasts of A and spilled them. Measured on a
+Zen 5, 1 thread, ratio to onnxruntime's time: 5x5 Conv 128 -> 128 at 28 x 28 packed 1.18,
+in place unrolled 1.37, in place rolled 0.94; the 7x7 stride-2 stem over its phases
+(krnl/ops/phases.py) packed 1.19, in place rolled 0.95-0.96. A 3x3 window stays
+unrolled: 3x3 stride 2, 128 -> 128 at 56, 1.01 unrolled, 1.11 rolled. With AVX2 the taps
+stay unrolled (their masks are vectors there, not bits). As AVX2 code on the Zen 5: the
+5x5 Conv 5.15 ms unrolled, 7.76 rolled; the stem 2.02 unrolled, 2.10 rolled, 2.47
+packed from its input."""
+
+
+class TapLoops:
+    """The tap loops of ``_Gemm`` (a mixin: it reads the GEMM's state, ``self.taps``,
+    ``self.tap_masks``, the IR builder and the tile's helpers)."""
+
+    def _inside_or_edge(self, acc, a_rows, b_at, kcl, tap_masks, col):
+        """The tap loop three ways: without masks where every tap's window of every column
+        of the tile lies inside the image (most tiles of a wide image); with plain loads
+        and ``tap_masks`` zeroing lanes where every tap's row lies within the input
+        (``_within_plane``); else with masked loads. With AVX2's 16 registers the masks
+        (taps x NR / W) live on the stack, and a masked load then costs a reload: a 3x3
+        Conv 64->64 at 56x56 took 4.4 ms masked everywhere against 3.5 ms with no masks."""
+        b = self.b
+        every = self.all_lanes
+        for t in self.taps.live:  # a dead slot's masks are all off
+            for mask in tap_masks[t]:
+                every = b.and_(every, mask)
+        bits = b.bitcast(every, ir.IntType(self.w))
+        inside = b.icmp_unsigned("==", bits, ir.Constant(ir.IntType(self.w), (1 << self.w) - 1))
+        names = ("inside", "plane", "plane.yes", "edge", "done")
+        paths = dict(zip(names, (b.append_basic_block(f"taps.{n}") for n in names), strict=True))
+        b.cbranch(inside, paths["inside"], paths["plane"])
+        b.position_at_end(paths["plane"])
+        b.cbranch(self._within_plane(col), paths["plane.yes"], paths["edge"])
+        results = []
+        for path, masks, select in [
+            ("inside", None, False),
+            ("plane.yes", tap_masks, True),
+            ("edge", tap_masks, False),
+        ]:
+            b.position_at_end(paths[path])
+            self.tap_masks = masks or [[self.all_lanes] * self.nv for _ in tap_masks]
+            self.tap_select = select
+            results.append((self._tap_loop(acc, a_rows, b_at, kcl), b.block))
+            b.branch(paths["done"])
+        self.tap_select = False
+        b.position_at_end(paths["done"])
+        return self._merge(results)
+
+    def _within_plane(self, col: ir.Value) -> ir.Value:
+        """Whether every tap's whole NR-wide row of the tile (first column ``col``) lies
+        between the lowest and highest element the domain reads (``tap_span``): then loads
+        of all lanes stay inside the input (a lane past an image row reads the next row)
+        and only need their values masked."""
+        b, taps = self.b, self.taps
+        offsets = [taps.offsets[t] for t in taps.live]
+        low, high = self.tap_reads
+        first = b.add(col, ir.Constant(I64, min(offsets)))
+        last = b.add(col, ir.Constant(I64, max(offsets) + self.p.nr - 1))
+        return b.and_(
+            b.icmp_signed(">=", first, ir.Constant(I64, low)),
+            b.icmp_signed("<=", last, ir.Constant(I64, high)),
+        )
+
+    def fill_taps(self, src, col, first, rest, kcl) -> None:
+        """``fill_columns`` for a Conv read in place (``src``: B at this tile's column 0 and
+        this K block's first channel, ``col``: the tile's first column): per channel and
+        tap, one masked load of the vector at column ``first`` (the window outside the
+        image reads 0), its first DOT_COLUMNS lanes stored down the rows of ``self.bt``."""
+        b, taps = self.b, self.taps
+        full, self.nv = self.nv, 1
+        masks = self._tap_masks(b.add(col, first), [self.below(ir.Constant(I64, 0), rest)])
+        self.nv = full
+        channels = b.udiv(kcl, ir.Constant(I64, taps.count))
+        with loop(b, ir.Constant(I64, 0), channels, 1, "btc") as channel:
+            row = b.gep(src, [b.mul(channel, ir.Constant(I64, taps.step))], source_etype=F32)
+            k0 = b.mul(channel, ir.Constant(I64, taps.count))
+            for t, offset in enumerate(taps.offsets):
+                at = self._at(b.gep(row, [first], source_etype=F32), offset)
+                value = b.call(self.mload, [at, ir.Constant(I32, 4), masks[t][0], self.zero])
+                k = b.add(k0, ir.Constant(I64, t))
+                for j in range(DOT_COLUMNS):  # rows past ``rest`` get zeros, never read
+                    to = b.add(b.mul(ir.Constant(I64, j), ir.Constant(I64, self.kcp)), k)
+                    b.store(b.extract_element(value, i32(j)), self._at(self.bt, to), align=4)
+        with loop(b, ir.Constant(I64, 0), rest, 1, "btz") as j:
+            end = b.add(b.mul(j, ir.Constant(I64, self.kcp)), kcl)
+            b.store(self.zero, b.bitcast(self._at(self.bt, end), self.vec.as_pointer()), align=4)
+
+    def _tap_loop(self, acc, a_rows, b_at, kcl):
+        """The K loop over a Conv's input read in place: a channel a step, its taps
+        unrolled (or rolled, ROLLED_TAPS), each tap's B vectors loaded where its masks say
+        the window is inside the image (and the columns inside the tile)."""
+        b, taps = self.b, self.taps
+        channels = b.udiv(kcl, ir.Constant(I64, taps.count))
+        rolled = len(taps.live) > ROLLED_TAPS and vector_registers(self.w) >= 32
+        masks = self._mask_table() if rolled else None
+
+        def body(cur, channel):
+            row = b.gep(b_at, [b.mul(channel, ir.Constant(I64, taps.step))], source_etype=F32)
+            if self.p.prefetch:
+                self._prefetch_taps(b_at, channel, channels)
+            first = b.mul(channel, ir.Constant(I64, taps.count))
+            if rolled:
+                return self._rolled_taps(cur, a_rows, row, first, masks)
+            for t in taps.live:
+                offset = taps.offsets[t]
+                bv = [self._tap_vector(row, offset + v * self.w, t, v) for v in range(self.nv)]
+                k = b.add(first, ir.Constant(I64, t)) if t else first
+                cur = self._fma_rows(cur, a_rows, k, bv)
+            return cur
+
+        return self._acc_loop(acc, ir.Constant(I64, 0), channels, 1, "kch", body)
+
+    def _mask_table(self) -> ir.Value | None:
+        """The tile's tap masks (``tap_masks``, live taps only) stored to a stack array
+        that the rolled tap loop reads, an integer of W bits each; None when every mask
+        has all lanes on (the tile lies inside the image)."""
+        b, taps = self.b, self.taps
+        masks = [self.tap_masks[t][v] for t in taps.live for v in range(self.nv)]
+        if all(isinstance(mask, ir.Constant) for mask in masks):
+            return None
+        bits = ir.IntType(self.w)
+        with b.goto_block(b.function.entry_basic_block):
+            table = b.alloca(bits, ir.Constant(I64, len(masks)), "tap.masks")
+        for i, mask in enumerate(masks):
+            b.store(b.bitcast(mask, bits), b.gep(table, [ir.Constant(I64, i)], source_etype=bits))
+        return table
+
+    def _rolled_taps(self, acc, a_rows, row, first, masks):
+        """A channel's live taps as a loop (not unrolled): each step reads its tap's B
+        offset and A column from constant tables, and its masks from ``masks``. Unrolled,
+        LLVM schedules a wide window's loads so early that the accumulators spill."""
+        b, taps = self.b, self.taps
+        live = len(taps.live)
+        kind = ir.ArrayType(I64, live)
+        tables = self._tap_tables(kind)
+        bits = ir.IntType(self.w)
+
+        def step(cur, i):
+            offset, tap = (
+                b.load(b.gep(t, [ir.Constant(I64, 0), i], source_etype=kind), typ=I64)
+                for t in tables
+            )
+            bv = []
+            for v in range(self.nv):
+                at = b.gep(row, [b.add(offset, ir.Constant(I64, v * self.w))], source_etype=F32)
+                if masks is None:
+                    bv.append(b.load(at, typ=self.vec, align=4))
+                    continue
+                slot = b.add(b.mul(i, ir.Constant(I64, self.nv)), ir.Constant(I64, v))
+                word = b.load(b.gep(masks, [slot], source_etype=bits), typ=bits)
+                mask = b.bitcast(word, self.mask_t)
+                if self.tap_select:
+                    bv.append(b.select(mask, b.load(at, typ=self.vec, align=4), self.zero))
+                else:
+                    bv.append(b.call(self.mload, [at, ir.Constant(I32, 4), mask, self.zero]))
+            return self._fma_rows(cur, a_rows, b.add(first, tap), bv)
+
+        stop = ir.Constant(I64, live)
+        return self._acc_loop(acc, ir.Constant(I64, 0), stop, 1, "tap", step, rolled=True)
+
+    def _tap_tables(self, kind: ir.ArrayType) -> tuple[ir.GlobalVariable, ...]:
+        """The live taps' B offsets and tap numbers as constant arrays, made once a GEMM."""
+        if not self.tap_tables:
+            module, taps = self.b.module, self.taps
+            for values in ([taps.offsets[t] for t in taps.live], list(taps.live)):
+                table = ir.GlobalVariable(module, kind, f"taps.{len(module.globals)}")
+                table.initializer = ir.Constant(kind, values)
+                table.global_constant = True
+                table.linkage = "internal"
+                self.tap_tables.append(table)
+        return tuple(self.tap_tables)
+
+    def _prefetch_taps(self, b_at, channel, channels) -> None:
+        """Prefetch into L1 the lines of B this tile reads PREFETCH_CHANNELS channels on
+        (the block's last channel where that is past it)."""
+        b, last = self.b, self.b.sub(channels, ir.Constant(I64, 1))
+        later = lesser(b, b.add(channel, ir.Constant(I64, PREFETCH_CHANNELS)), last)
+        row = b.gep(b_at, [b.mul(later, ir.Constant(I64, self.taps.step))], source_etype=F32)
+        for first, end in tap_lines(self.taps, self.p.nr):
+            for offset in [*range(first, end, LINE_FLOATS), end]:
+                b.call(self.prefetch, [self._at(row, offset), i32(0), i32(3), i32(1)])
+
+    def _tap_vector(self, row, offset: int, tap: int, v: int) -> ir.Value:
+        """Vector ``v`` of tap ``tap``'s B row: a masked load, or with ``tap_select`` (the
+        row lies in the plane) a plain load and its masked lanes zeroed, an AND whose mask
+        can stay in memory: with AVX2's 16 registers a masked load needs its mask in one,
+        and a 6x16 tile's accumulators then spill."""
+        b, mask = self.b, self.tap_masks[tap][v]
+        at = self._at(row, offset)
+        if isinstance(mask, ir.Constant):
+            return b.load(at, typ=self.vec, align=4)
+        if self.tap_select:
+            return b.select(mask, b.load(at, typ=self.vec, align=4), self.zero)
+        return b.call(self.mload, [at, ir.Constant(I32, 4), mask, self.zero])
+
+    def _tap_masks(self, col: ir.Value, masks: list[ir.Value]) -> list[list[ir.Value]]:
+        """Per tap, per vector of the tile (first column ``col``): the lanes whose input
+        element lies inside the image, and inside the tile (``masks``)."""
+        b, geo, taps = self.b, self.geo, self.taps
+        vec32 = ir.VectorType(I32, self.w)
+        out = [list(masks[: self.nv]) for _ in taps.offsets]
+        for v in range(self.nv):
+            first = b.trunc(b.add(col, ir.Constant(I64, v * self.w)), I32)
+            flat = b.add(splat(b, first, self.w), self.lane_ids)
+            values = {}
+            for d in reversed(geo.cols):
+                size = ir.Constant(vec32, [geo.sizes[d]] * self.w)
+                values[d] = b.urem(flat, size)
+                flat = b.udiv(flat, size)
+            for columns, bounds in zip(taps.columns, taps.bounds, strict=True):
+                part = ir.Constant(vec32, [0] * self.w)
+                for d, coeff in zip(geo.cols, columns, strict=True):
+                    if coeff:
+                        part = b.add(part, b.mul(values[d], ir.Constant(vec32, [coeff] * self.w)))
+                for t, bound in enumerate(bounds):
+                    inside = b.icmp_signed(">=", part, ir.Constant(vec32, [-bound] * self.w))
+                    out[t][v] = b.and_(out[t][v], inside)
+        return out
