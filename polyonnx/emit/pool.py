@@ -62,6 +62,7 @@ PLACEMENT_FUNCTIONS = ("sched_getcpu", "sched_getaffinity", "pthread_setaffinity
 """The libc functions that keep workers off the caller's core; without them, no placement."""
 CPU_SET_WORDS = 16
 """A cpu_set_t: 1024 bits. The caller's core, if past it, is not kept clear."""
+CPU_SET_BYTES = 8 * CPU_SET_WORDS
 
 
 def pool_module(triple: str, placement: bool = False) -> ir.Module:
@@ -233,7 +234,7 @@ class _Pool:
         (a kernel of more than 1024 cores fails the call)."""
         with b.goto_block(b.function.entry_basic_block):
             mask = b.alloca(I64, ir.Constant(I64, CPU_SET_WORDS), name="cores")
-        size = ir.Constant(I64, 8 * CPU_SET_WORDS)
+        size = ir.Constant(I64, CPU_SET_BYTES)
         rc = b.call(self.getaffinity, [ir.Constant(I32, 0), size, mask])
         return mask, b.icmp_signed("==", rc, ir.Constant(I32, 0))
 
@@ -248,7 +249,7 @@ class _Pool:
         i.add_incoming(ir.Constant(I64, 0), pre)
         b.cbranch(b.icmp_signed("<", i, have), body, done)
         b.position_at_end(body)
-        size = ir.Constant(I64, 8 * CPU_SET_WORDS)
+        size = ir.Constant(I64, CPU_SET_BYTES)
         b.call(self.setaffinity, [b.load(self._handle(b, i), typ=I64), size, mask])
         i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
         b.branch(head)
