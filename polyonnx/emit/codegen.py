@@ -97,8 +97,8 @@ def emit_kernel(
     width: int,
 ) -> ir.Function:
     """Define ``void name(ptr noalias %buf...)`` with one pointer per buffer the kernel uses,
-    in ``schedule.kernel.buffers()`` order."""
-    names = schedule.kernel.buffers()
+    in ``schedule.buffers()`` order."""
+    names = schedule.buffers()
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * len(names)), name)
     for arg, buf in zip(fn.args, names, strict=True):
         arg.add_attribute("noalias")
@@ -106,6 +106,7 @@ def emit_kernel(
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     ast = build_ast(schedule, dict(buffers))
     walker = _KernelWalker(builder, ast, dict(zip(names, fn.args, strict=True)), buffers, width)
+    walker.panels = dict(schedule.panels)
     walker.node(ast.root, {})
     builder.ret_void()
     return fn
@@ -118,6 +119,8 @@ class _KernelWalker:
         self.pointers = pointers
         self.buffers = buffers
         self.width = width
+        self.panels: dict[str, str] = {}
+        """B -> its panel copy (KernelSchedule.panels)."""
 
     # ---- AST nodes ------------------------------------------------------------------
 
@@ -165,7 +168,8 @@ class _KernelWalker:
         position = order.index(inst.stmt)
         before = [s for s in order[:position] if s.name in names]
         after = tuple(s for s in order[position + 1 :] if s.name in names)
-        gemm = Gemm(geo, params, inst.stmt, before[-1] if before else None, after)
+        panels = self.panels.get(geo.b.buffer)
+        gemm = Gemm(geo, params, inst.stmt, before[-1] if before else None, after, panels)
         emit_gemm_call(self.b, gemm, self.width, self.pointers, outer, self.buffers)
 
     def _instances_under(self, node: isl.AstNode) -> list[Instance]:
@@ -234,6 +238,7 @@ class _KernelWalker:
         pointers = {name: a for (name, _), a in zip(free[:count], core.args[:count], strict=True)}
         env = {name: a for (name, _), a in zip(free[count:], core.args[count:-2], strict=True)}
         inner = _KernelWalker(cb, self.ast, pointers, self.buffers, self.width)
+        inner.panels = self.panels
         inner.loop(node, env, core.args[-2], last=core.args[-1])
         cb.ret_void()
 

@@ -58,7 +58,7 @@ def emit_module(
     shared: dict[str, ir.Function] = {}
     kernels = []
     for i, s in enumerate(schedules):
-        key = structural_key(s.kernel, buffers, s.tree)
+        key = structural_key(s.kernel, buffers, s.tree + f"panels{len(s.panels)}")
         if key not in shared:
             shared[key] = emit_kernel(module, kernel_symbol(i, s.kernel.name), s, buffers, width)
         kernels.append(shared[key])
@@ -69,7 +69,7 @@ def emit_module(
     clock = _ProfileClock(module, b, len(schedules)) if profile else None
     for site, (fn, schedule) in enumerate(zip(kernels, schedules, strict=True)):
         args = []
-        for name in schedule.kernel.buffers():
+        for name in schedule.buffers():
             place = places[name]
             if place not in pointers:
                 slot_ptr = b.gep(

@@ -31,6 +31,10 @@ step with the window's taps unrolled (past ROLLED_TAPS with AVX-512, a loop over
 them), each tap's vectors loaded from the input under masks that keep the window inside
 the image (a direct convolution; no im2col is ever built).
 
+A constant B (a model's weights) comes packed already, by schedule/panels.py when
+compiling (``Gemm.panels``): no packing at all, and the micro-panels are read from that
+copy (``_Gemm.copy_tile``).
+
 Each C element is loaded, gets its products added in k order and is stored, so the result
 is the original loop order's; except in a tile's last 1..DOT_COLUMNS columns past whole
 vectors (a 7x7 Conv's 49th), which are dot products along k, summed W at a time and then
@@ -74,6 +78,9 @@ class Gemm:
     """Initialises the accumulators on the first K block (C is not read then)."""
     epilogue: tuple[Statement, ...] = ()
     """Finish each accumulator on the last K block, before the store."""
+    panels: str | None = None
+    """The constant B's copy packed when compiling (schedule/panels.py), which the GEMM
+    reads instead of packing B."""
 
     def operands(self, buffers) -> list[tuple[Statement, Access, Affine, int]]:
         """(statement, access, offset over the contraction's dims, column step) of every
@@ -101,6 +108,8 @@ def emit_gemm_call(
     extra = gemm.operands(buffers)
     operands = [geo.a, geo.b, geo.c, *(affine for _, _, affine, _ in extra)]
     bases = [_base(b, pointers[op.buffer], op, outer) for op in operands]
+    if gemm.panels is not None:  # the copy starts at B's element (k = 0, n = 0)
+        bases[1] = pointers[gemm.panels]
     name = f"{b.function.name}.gemm{len(b.module.globals)}"
     gemm_fn = _gemm_function(b.module, name, gemm, extra, lanes)
     whole = [
@@ -115,7 +124,7 @@ def emit_gemm_call(
     # columns go to threads a vector at a time: the pool cuts the range into one contiguous
     # piece per thread, and whole NR tiles split 196 columns (a 14x14 Conv) 128 + 68 over 2
     # threads, 8 vectors of work against 5; vectors split them 112 + 84, 7 against 6
-    step = params.mr if params.split == "rows" else lanes
+    step = params.mr if params.split == "rows" else lanes if gemm.panels is None else params.nr
     extent = geo.m if params.split == "rows" else geo.n
     body = _chunk_body(b.module, name + ".chunk", gemm_fn, params.split, step, extent, geo)
     with b.goto_block(b.function.entry_basic_block):  # once, not per outer iteration
@@ -169,7 +178,7 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
     a, bmat, c = fn.args[:3]
     i_lo, i_hi, j_lo, j_hi = fn.args[-4:]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    g = _Gemm(b, geo, params, lanes)
+    g = _Gemm(b, geo, params, lanes, gemm.panels is not None)
     g.epilogue = gemm.epilogue
     g.prologue = gemm.prologue
     g.out = gemm.stmt.write.buffer
@@ -178,7 +187,7 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
         for (tail, acc, affine, step), ptr in zip(extra, fn.args[3:-4], strict=True)
     }
     panel = None
-    if params.packb:
+    if params.packb and gemm.panels is None:
         panel = b.alloca(F32, ir.Constant(I64, params.kc * g.ncp), "bp")
         panel.align = 64
     ends = geo.n % lanes  # columns past whole vectors: at N's end, or in every NC block
@@ -209,7 +218,7 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
                     cols = at_most(b, b.sub(nc, jr), params.nr)
                     g.first_tile = b.icmp_signed("==", jr, ir.Constant(I64, 0))
                     masks = g.column_masks(cols)
-                    g.b_masks = None if panel is not None else masks
+                    g.b_masks = None if panel is not None or g.panels else masks
                     if g.bt is not None:
                         rest = b.urem(cols, ir.Constant(I64, lanes))
                         g.dot = b.and_(
@@ -218,6 +227,8 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
                         )
                         if panel is not None:
                             src, step = g.panel_tile(panel, jr), params.nr
+                        elif g.panels:
+                            src, step = g.copy_tile(bmat, kc, b.add(jc, jr)), params.nr
                         else:
                             first = g.b_first(kc, b.add(jc, jr))
                             src, step = b.gep(bmat, [first], source_etype=F32), g.ldb
@@ -231,6 +242,8 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
                         c_at = b.gep(c, [b.add(jc, jr)], source_etype=F32)
                         if panel is not None:
                             b_at = g.panel_tile(panel, jr)
+                        elif g.panels:
+                            b_at = g.copy_tile(bmat, kc, b.add(jc, jr))
                         else:  # B in place
                             b_at = b.gep(bmat, [g.b_first(kc, b.add(jc, jr))], source_etype=F32)
                         packed = None
@@ -259,8 +272,12 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
 
 
 class _Gemm(TapLoops, Packing):
-    def __init__(self, b: ir.IRBuilder, geo: Geometry, params: Params, lanes: int):
+    def __init__(
+        self, b: ir.IRBuilder, geo: Geometry, params: Params, lanes: int, panels: bool = False
+    ):
         self.b, self.geo, self.p, self.w = b, geo, params, lanes
+        self.panels = panels
+        """B is the copy packed when compiling (``copy_tile``)."""
         self.epilogue: tuple[Statement, ...] = ()
         self.out = ""
         self.extra: dict = {}
@@ -277,7 +294,8 @@ class _Gemm(TapLoops, Packing):
         self.dot: ir.Value | None = None
         """Whether this column tile ends in 1..DOT_COLUMNS columns past whole vectors."""
         self.ldb = b_row_stride(geo) or 0
-        self.taps = b_taps(geo) if not params.packb and not self.ldb else None
+        in_place = not params.packb and not self.ldb and not panels
+        self.taps = b_taps(geo) if in_place else None
         """B read in place from a padded Conv's input, a window of taps a channel."""
         self.tap_masks: list[list[ir.Value]] = []
         self.tap_select = False
@@ -319,6 +337,15 @@ class _Gemm(TapLoops, Packing):
         self.zero = ir.Constant(self.vec, [0.0] * lanes)
         self.all_lanes = ir.Constant(self.mask_t, [1] * lanes)
         self.lane_ids = ir.Constant(ir.VectorType(I32, lanes), list(range(lanes)))
+
+    def copy_tile(self, copy: ir.Value, kc: ir.Value, col: ir.Value) -> ir.Value:
+        """The micro-panel of columns ``col ..`` (a multiple of NR) and rows ``kc ..`` in
+        B's copy packed when compiling: (N / NR, K, NR) panels."""
+        b = self.b
+        offset = b.add(
+            b.mul(col, ir.Constant(I64, self.geo.k)), b.mul(kc, ir.Constant(I64, self.p.nr))
+        )
+        return b.gep(copy, [offset], source_etype=F32)
 
     def b_first(self, kc: ir.Value, col: ir.Value) -> ir.Value:
         """Offset of B's element (kc, col) read in place: row k at ``k * ldb``, or with

@@ -39,6 +39,7 @@ from polyonnx.krnl.verify import check_bounds
 from polyonnx.runtime.memory import ARENA, Layout, plan_memory
 from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.gemm import geometry
+from polyonnx.schedule.panels import pack_constants
 from polyonnx.schedule.tree import KernelSchedule
 
 
@@ -95,6 +96,7 @@ def compile_program(
     """With ``profile``, the native entry also times every kernel call (a few clock reads
     per inference); without, it is exactly the plain build."""
     target = target or host_target()
+    program, schedules = pack_constants(program, tuple(schedules))
     check_bounds(program)
     layout = plan_memory(program)
     places = {name: (p.slot, p.offset) for name, p in layout.places.items()}
