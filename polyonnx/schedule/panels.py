@@ -85,14 +85,20 @@ def _packable(schedule: KernelSchedule, program: Program):
     if len(found) != 1:
         return None
     geo = found[0]
-    root = program.root(geo.b.buffer)
-    data = program.constants.get(root)
-    if data is None or data.dtype != np.float32 or geo.constraints:
+    if not packs_once(geo, program) or params.nc % params.nr:
         return None
-    if any(geo.b.coeffs[d] for d in geo.outer) or geo.m < MIN_ROWS or params.nc % params.nr:
-        return None
+    data = program.constants[program.root(geo.b.buffer)]
     start = program.offset(geo.b.buffer) // 4 + geo.b.const
     return geo, params, np.ascontiguousarray(data).reshape(-1)[start:]
+
+
+def packs_once(geo: Geometry, program: Program) -> bool:
+    """Whether compiling packs this GEMM's B (given an NC that is a multiple of NR): a
+    float32 constant that no outer dim moves and no constraint cuts, and MIN_ROWS rows."""
+    data = program.constants.get(program.root(geo.b.buffer))
+    if data is None or data.dtype != np.float32 or geo.constraints:
+        return False
+    return not any(geo.b.coeffs[d] for d in geo.outer) and geo.m >= MIN_ROWS
 
 
 def panel_array(flat: np.ndarray, geo: Geometry, nr: int) -> np.ndarray:

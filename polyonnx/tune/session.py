@@ -202,7 +202,7 @@ def _prepare(
         return
     kernel = program.kernel(progress.task.name)
     try:
-        progress.space = space_for(kernel, program.buffers, threads, _lanes())
+        progress.space = space_for(kernel, program.buffers, threads, _lanes(), program)
     except ScheduleError as exc:
         progress.note = f"no search space: {exc}"
         return

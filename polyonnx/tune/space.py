@@ -34,6 +34,7 @@ from polyonnx.schedule.gemm import (
     geometry,
     vector_registers,
 )
+from polyonnx.schedule.panels import packs_once
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.state import PARALLEL
 
@@ -95,11 +96,18 @@ class Space:
 ORDERED = frozenset({"mr", "nr", "kc", "mc", "nc", "unroll", "factor"})
 
 
-def space_for(kernel: Kernel, buffers: Mapping[str, Buffer], threads: int, lanes: int) -> Space:
-    """The GEMM space for a kernel the micro-kernel can run, else the loops space."""
+def space_for(
+    kernel: Kernel, buffers: Mapping[str, Buffer], threads: int, lanes: int, program=None
+) -> Space:
+    """The GEMM space for a kernel the micro-kernel can run, else the loops space. With
+    the ``program``, a GEMM whose B compiling packs once (schedule/panels.py) keeps its
+    default ``packb``: either value runs the same code."""
     found = [g for g in (geometry(s, buffers) for s in kernel.statements) if g is not None]
     if len(found) == 1 and _ukernel_ok(kernel, buffers):
-        return gemm_space(kernel, found[0], threads, lanes)
+        space = gemm_space(kernel, found[0], threads, lanes)
+        if program is not None and packs_once(found[0], program):
+            space.knobs["packb"] = (space.default["packb"],)
+        return space
     return loops_space(kernel, buffers, threads)
 
 

@@ -12,8 +12,10 @@ from onnx import helper
 
 import polyonnx
 from polyonnx.errors import ScheduleError
+from polyonnx.runtime.compiled import lower_model
 from polyonnx.schedule.gemm import Params
 from polyonnx.schedule.panels import MARK, pack_constants, panel_name
+from polyonnx.tune.space import space_for
 from tests.helpers import fast, make_model, random_array, seeds, sum_tol, value_info
 
 F32 = np.float32
@@ -126,3 +128,11 @@ def test_two_gemms_alike_but_for_their_weights_each_read_their_own():
     compiled = session.compiled_for({"x": x})
     assert [s.panels[0][0] for s in compiled.schedules] == ["w1", "w2"]
     assert compiled.symbols[0] == compiled.symbols[1]
+
+
+def test_the_tuner_does_not_search_packb_for_a_b_packed_once():
+    """Either value of packb runs the same code there: trials would measure it twice."""
+    program = lower_model(_gemm_model(np.ones((64, 48), F32), 8, 0))
+    kernel = program.kernels[0]
+    assert len(space_for(kernel, program.buffers, 1, 16).knobs["packb"]) == 2
+    assert len(space_for(kernel, program.buffers, 1, 16, program).knobs["packb"]) == 1
