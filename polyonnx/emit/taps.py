@@ -1,5 +1,5 @@
 """The GEMM micro-kernel's K loop over a Conv's input read in place (emit/ukernel.py's
-``_Gemm`` with ``taps``; schedule/gemm.py's ``Taps``): a channel a step, each tap's B vectors
+``_Gemm`` with ``taps``; schedule/gemm_taps.py's ``Taps``): a channel a step, each tap's B vectors
 loaded from the input under masks that keep the window inside the image. A tile whose every
 tap lies inside takes the loop without masks; one whose taps' rows lie in the input plane
 loads every lane and zeroes the masked ones; others load under the masks. Up to
@@ -13,7 +13,8 @@ from llvmlite import ir
 
 from polyonnx.emit.irhelp import DOT_COLUMNS, F32, I32, LINE_FLOATS, i32, lesser, loop
 from polyonnx.emit.llvmtypes import I64, splat
-from polyonnx.schedule.gemm import PREFETCH_CHANNELS, tap_lines, vector_registers
+from polyonnx.schedule.gemm_defaults import vector_registers
+from polyonnx.schedule.gemm_taps import PREFETCH_CHANNELS, tap_lines
 
 ROLLED_TAPS = 9
 """Windows of more live taps run their taps as a loop (_Gemm._rolled_taps), not unrolled:

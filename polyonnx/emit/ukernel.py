@@ -55,15 +55,9 @@ from polyonnx.emit.packing import Packing
 from polyonnx.emit.taps import TapLoops
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import Access, Binary, Cast, Const, Load, Select, Statement, Unary
-from polyonnx.schedule.gemm import (
-    Affine,
-    Geometry,
-    Params,
-    b_row_stride,
-    b_taps,
-    epilogue_loads,
-    tap_span,
-)
+from polyonnx.schedule.gemm import Affine, Geometry, Params
+from polyonnx.schedule.gemm_epilogue import epilogue_loads
+from polyonnx.schedule.gemm_taps import b_row_stride, b_taps, tap_span
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ buffer of the contraction output's shape and dtype at the identity index, reads 
 output only at the identity index, and nothing else reads the output (nor is it a graph
 output or a view). The contraction then accumulates straight into the final buffer and
 the epilogue statements rewrite each element in place; the ukernel schedule computes them
-in the register tile before the one store (schedule/gemm.py), any other schedule runs
+in the register tile before the one store (schedule/gemm_epilogue.py), any other schedule runs
 them as loops after the contraction. The intermediate buffers disappear.
 """
 

@@ -38,7 +38,7 @@ from polyonnx.krnl.ir import Binary, Buffer, Kernel, Load, Statement
 from polyonnx.krnl.islutil import dim_names, extents, flat_stride
 from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
-from polyonnx.schedule.gemm import PARALLEL_WORK
+from polyonnx.schedule.gemm_defaults import PARALLEL_WORK
 from polyonnx.schedule.legality import broken_order
 from polyonnx.schedule.reorder import reorder
 from polyonnx.schedule.split import split

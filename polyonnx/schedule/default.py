@@ -21,27 +21,21 @@ from polyonnx.schedule import annotate
 from polyonnx.schedule.blocking import blocked_schedule
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.depthwise import depthwise_schedule
-from polyonnx.schedule.gemm import (
-    Geometry,
-    Params,
-    default_params,
-    is_ukernel_mark,
-    ukernel_schedule,
-    vector_registers,
-    worth_it,
-)
+from polyonnx.schedule.gemm import Geometry, Params, is_ukernel_mark
+from polyonnx.schedule.gemm_defaults import default_params, vector_registers, worth_it
 from polyonnx.schedule.nest import loop_name, loop_nest
 from polyonnx.schedule.rows import row_fused_schedule
 from polyonnx.schedule.state import PARALLEL, Nest, State, Var
 from polyonnx.schedule.stencil import stencil_schedule, window_orders
 from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
+from polyonnx.schedule.ukernel import ukernel_schedule
 
 
 def default_schedule(
     kernel: Kernel, buffers: Mapping[str, Buffer], lanes: int | None = None
 ) -> KernelSchedule:
     """For ``lanes`` float32 SIMD lanes (the host's when not given): a contraction as
-    packed GEMM (schedule/gemm.py), a depthwise convolution in SIMD row blocks
+    packed GEMM (schedule/ukernel.py), a depthwise convolution in SIMD row blocks
     (schedule/depthwise.py), or register-blocked (schedule/blocking.py); a row-wise kernel
     fused per row (schedule/rows.py); a pooling window around SIMD rows
     (schedule/stencil.py); otherwise each statement in its own default loop nest

@@ -25,7 +25,7 @@ import islpy as isl
 from polyonnx.emit.target import host_target
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel
-from polyonnx.schedule import annotate, fuse, gemm
+from polyonnx.schedule import annotate, fuse
 from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.legality import broken_order
@@ -34,6 +34,7 @@ from polyonnx.schedule.reorder import reorder as reorder_loops
 from polyonnx.schedule.split import split as split_loop
 from polyonnx.schedule.state import State
 from polyonnx.schedule.tree import KernelSchedule
+from polyonnx.schedule.ukernel import ukernel_state
 
 
 @dataclass(frozen=True)
@@ -143,12 +144,12 @@ class Schedule:
 
     def ukernel(self, **params: Any) -> None:
         """Run the kernel's contraction as packed, cache-tiled GEMM with an MR x NR register
-        tile (schedule/gemm.py): ``mr``, ``nr`` (a multiple of the SIMD width), ``kc``,
+        tile (schedule/ukernel.py): ``mr``, ``nr`` (a multiple of the SIMD width), ``kc``,
         ``mc``, ``nc``, ``unroll`` (of the K loop) and ``split`` ("none", "rows" or
         "cols": how threads share one GEMM). Unnamed parameters take the default's values.
         Precondition: one statement is a float32 contraction whose left operand is
         contiguous along the reduction, and its loops are still untransformed."""
-        state = gemm.ukernel_state(self.state, self.buffers, params, host_target().lanes(4))
+        state = ukernel_state(self.state, self.buffers, params, host_target().lanes(4))
         self._commit(state, "ukernel", "", {"params": dict(params)})
 
     def default(self) -> None:

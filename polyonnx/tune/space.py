@@ -3,7 +3,7 @@
 A point of the space (a *genome*) maps each knob to a value; :meth:`Space.trace` turns
 it into the trace that the worker replays, and that the database stores.
 
-- A contraction (packed GEMM, schedule/gemm.py): the micro-kernel's MR, NR, KC, MC, NC,
+- A contraction (packed GEMM, schedule/ukernel.py): the micro-kernel's MR, NR, KC, MC, NC,
   K unroll, thread split, A/B packing and, for batches, a parallel batch loop:
   ``[ukernel(mr=.., nr=.., ...), parallel(n_g)]``.
 - Any other kernel: the default heuristic's schedule or another loop order of its main
@@ -26,14 +26,9 @@ from dataclasses import dataclass
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel
 from polyonnx.krnl.islutil import dim_names, extents
-from polyonnx.schedule.gemm import (
-    Geometry,
-    b_row_stride,
-    b_taps,
-    default_params,
-    geometry,
-    vector_registers,
-)
+from polyonnx.schedule.gemm import Geometry, geometry
+from polyonnx.schedule.gemm_defaults import default_params, vector_registers
+from polyonnx.schedule.gemm_taps import b_row_stride, b_taps
 from polyonnx.schedule.panels import packs_once
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.state import PARALLEL

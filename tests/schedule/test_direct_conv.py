@@ -1,5 +1,5 @@
 """A padded stride-1 Conv read in place by the micro-kernel (ukernel packb=0 with taps,
-schedule/gemm.py ``b_taps``): no im2col, each tap's vectors loaded under masks that keep
+schedule/gemm_taps.py ``b_taps``): no im2col, each tap's vectors loaded under masks that keep
 the window inside the image. Checked against numpy on hypothesis shapes and parameters.
 Big 3x3 stride-1 Convs take Winograd's path by default (tests/krnl/test_winograd.py);
 here they are read in place, as where a script or other rules keep them direct."""
@@ -20,13 +20,9 @@ from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ops import winograd
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.schedule.default import default_schedule
-from polyonnx.schedule.gemm import (
-    b_taps,
-    default_params,
-    geometry,
-    tap_lines,
-    tap_span,
-)
+from polyonnx.schedule.gemm import geometry
+from polyonnx.schedule.gemm_defaults import default_params
+from polyonnx.schedule.gemm_taps import b_taps, tap_lines, tap_span
 from tests.helpers import (
     fast,
     make_model,

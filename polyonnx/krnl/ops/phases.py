@@ -1,5 +1,5 @@
 """A strided Conv over the stride phases of its input: the GEMM micro-kernel then reads the
-input in place, a window of taps at a time (schedule/gemm.py's ``Taps``), instead of
+input in place, a window of taps at a time (schedule/gemm_taps.py's ``Taps``), instead of
 packing an im2col block of it.
 
 Along an axis of stride s, tap k of output o reads input position s*o + k - p, which is
@@ -32,11 +32,11 @@ from polyonnx.krnl.ops.conv import Axis, affine, domain
 
 MAX_TAPS = 49
 """Taps per channel up to which a strided Conv runs over phases (a 7x7 stem): the
-micro-kernel reads a window of at most this many in place (schedule/gemm.py's MAX_TAPS);
+micro-kernel reads a window of at most this many in place (schedule/gemm_taps.py's MAX_TAPS);
 past it the GEMM packs B anyway, and packing reads the strided input directly."""
 MAX_SLOTS = 2
 """Slots a tap at most (3x3 stride 2: 16 for 9; 3x3 stride 3 would take 36), as
-schedule/gemm.py's SLOTS: past it the micro-kernel does not read the copy in place, and
+schedule/gemm_taps.py's SLOTS: past it the micro-kernel does not read the copy in place, and
 packed, every slot is a multiply-add."""
 
 MIN_PLANE = 144
@@ -51,7 +51,7 @@ packed from the input -> over phases, onnxruntime: 128 at 56 2.74 -> 2.29 ms (1.
 and over, its weights in cache; in light ResNet-50 they come from memory. There, 30
 rounds per kernel, packed -> over phases, one process: 128 at 56 1 thread 2.78-2.87 ->
 2.60-2.62 ms, 2 threads 1.34-1.44 -> 1.20-1.29 (its rows split, TAPS_ROWS_BYTES in
-schedule/gemm.py); 256 at 28 1 thread within 0.03 ms, 2 threads 1.38-1.49 -> 1.33-1.41."""
+schedule/gemm_defaults.py); 256 at 28 1 thread within 0.03 ms, 2 threads 1.38-1.49 -> 1.33-1.41."""
 
 MIN_WINDOW_DEPTH = 144
 """Input channels x taps a group from which a strided Conv runs over phases: with less,
