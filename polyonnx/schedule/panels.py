@@ -103,15 +103,16 @@ def packs_once(geo: Geometry, program: Program) -> bool:
 
 def panel_array(flat: np.ndarray, geo: Geometry, nr: int) -> np.ndarray:
     """B as (ceil(N / NR), K, NR) panels (module docstring); ``flat`` starts at B's element
-    (k = 0, n = 0)."""
+    (k = 0, n = 0). Gathered a panel at a time, so the index arrays stay K x NR (a 25088 x
+    4096 weight would take 800 MB of indices at once)."""
     rows = _offsets(geo, geo.depth)
     cols = _offsets(geo, geo.cols)
-    matrix = flat[rows[:, None] + cols[None, :]]  # [K, N]
     panels = -(-geo.n // nr)
-    padded = np.zeros((geo.k, panels * nr), np.float32)
-    padded[:, : geo.n] = matrix
     out = aligned_empty((panels, geo.k, nr), np.float32)
-    out[...] = padded.reshape(geo.k, panels, nr).transpose(1, 0, 2)
+    for p in range(panels):
+        width = min(nr, geo.n - p * nr)
+        out[p, :, :width] = flat[rows[:, None] + cols[None, p * nr : p * nr + width]]
+        out[p, :, width:] = 0
     return out
 
 
