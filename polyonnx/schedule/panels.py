@@ -53,6 +53,7 @@ def pack_constants(
     schedules of those GEMMs with ``panels`` naming them."""
     constants = dict(program.constants)
     buffers = dict(program.buffers)
+    made: dict[tuple, str] = {}
     out = []
     for schedule in schedules:
         found = _packable(schedule, program)
@@ -60,11 +61,16 @@ def pack_constants(
             out.append(schedule)
             continue
         geo, params, data = found
-        name = panel_name(geo.b.buffer, params.nr)
-        if name not in constants:
+        layout = [(geo.sizes[d], geo.b.coeffs[d]) for d in (*geo.depth, *geo.cols)]
+        key = (geo.b.buffer, geo.b.const, len(geo.depth), *layout, params.nr)
+        if key not in made:  # B read another way gets another copy
+            name = panel_name(geo.b.buffer, params.nr)
+            while name in constants:
+                name += "_"
+            made[key] = name
             constants[name] = panel_array(data, geo, params.nr)
             buffers[name] = Buffer(name, constants[name].shape, "float32")
-        out.append(replace(schedule, panels=((geo.b.buffer, name),)))
+        out.append(replace(schedule, panels=((geo.b.buffer, made[key]),)))
     if len(constants) == len(program.constants):
         return program, tuple(out)
     packed = replace(

@@ -136,3 +136,26 @@ def test_the_tuner_does_not_search_packb_for_a_b_packed_once():
     kernel = program.kernels[0]
     assert len(space_for(kernel, program.buffers, 1, 16).knobs["packb"]) == 2
     assert len(space_for(kernel, program.buffers, 1, 16, program).knobs["packb"]) == 1
+
+
+def test_one_weight_read_two_ways_gets_a_copy_for_each():
+    """x @ W and x @ W^T over the same constant: two layouts, two copies."""
+    rng = np.random.default_rng(2)
+    w = random_array(rng, (40, 40))
+    nodes = [
+        helper.make_node("Einsum", ["x", "w"], ["y1"], name="e1", equation="ik,kj->ij"),
+        helper.make_node("Einsum", ["x", "w"], ["y2"], name="e2", equation="ik,jk->ij"),
+    ]
+    model = make_model(
+        nodes,
+        [value_info("x", F32, (6, 40))],
+        [value_info("y1", F32, (6, 40)), value_info("y2", F32, (6, 40))],
+        {"w": w},
+    )
+    session = polyonnx.InferenceSession(model)
+    x = random_array(rng, (6, 40))
+    y1, y2 = session.run(None, {"x": x})
+    np.testing.assert_allclose(y1, x @ w, **sum_tol(160))
+    np.testing.assert_allclose(y2, x @ w.T, **sum_tol(160))
+    copies = [s.panels for s in session.compiled_for({"x": x}).schedules if s.panels]
+    assert len({c[0][1] for c in copies}) == 2, copies
