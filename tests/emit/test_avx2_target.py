@@ -110,3 +110,20 @@ def test_avx2_conv_read_in_place_matches_numpy(avx2):
         for j in range(3):
             want += np.einsum("nchw,mc->nmhw", xp[:, :, i : i + 23, j : j + 23], w[:, :, i, j])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [40, 43])
+def test_avx2_gemm_reads_its_weights_packed_once(avx2, n):
+    """A constant B packed when compiling (schedule/panels.py) in 16-column panels: whole
+    panels, the last one partly zero, and a tail of dot-product columns (n = 43)."""
+    m, k = 13, 70
+    rng = np.random.default_rng(n)
+    w = random_array(rng, (k, n))
+    node = helper.make_node("Gemm", ["x", "w"], ["y"], name="fc")
+    model = make_model(
+        [node], [value_info("x", F32, (m, k))], [value_info("y", F32, (m, n))], {"w": w}
+    )
+    compiled = _compile(model, avx2)
+    assert compiled.schedules[0].panels == (("w", "w.panels16"),)
+    x = random_array(rng, (m, k))
+    np.testing.assert_allclose(compiled.run({"x": x})["y"], x @ w, **sum_tol(4 * k))
