@@ -116,12 +116,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         if reference is not None:
             line += "  " + _error_text(array, reference[i])
         print(line)
+    print(f"memory   {_memory_text(compiled.memory())}")
     latency = _median_latency(lambda: session.run(None, feed), args.repeat)
     print(f"latency  {latency * 1e3:.3f} ms (median of {args.repeat})")
     if reference is not None:
         ort_latency = _median_latency(rerun, args.repeat)
         print(f"onnxruntime latency  {ort_latency * 1e3:.3f} ms (median of {args.repeat})")
     return 0
+
+
+def _memory_text(use) -> str:
+    def mb(n: int) -> str:
+        return f"{n / 2**20:.2f} MB"
+
+    text = f"intermediates {mb(use.arena)} (at least {mb(use.lower_bound)} live at once)"
+    text += f", constants {mb(use.constants)}"
+    if use.panels:
+        text += f" ({mb(use.panels)} of them weights packed for GEMMs when compiling)"
+    return text
 
 
 def _tuning_db(args: argparse.Namespace):

@@ -147,6 +147,20 @@ class KernelProfile:
         return 2 * self.multiply_adds * self.calls / self.seconds / 1e9
 
 
+@dataclass(frozen=True)
+class MemoryUse:
+    """What a compiled model holds, in bytes."""
+
+    arena: int
+    """Every intermediate tensor, in one arena planned from their lifetimes."""
+    lower_bound: int
+    """The most bytes of intermediates live at one kernel: no plan can do with less."""
+    constants: int
+    """The model's constants, with ``panels`` among them."""
+    panels: int
+    """Copies of GEMM weights packed when compiling (schedule/panels.py)."""
+
+
 @dataclass
 class CompiledModel:
     """Native code for one Program with fixed shapes. ``run`` is one ctypes call."""
@@ -194,6 +208,17 @@ class CompiledModel:
             words = ctypes.c_int64 * (2 * len(self.schedules))
             address = self.jit.global_address(PROFILE_GLOBAL)
             self._counters = np.ctypeslib.as_array(words.from_address(address)).reshape(-1, 2)
+
+    def memory(self) -> MemoryUse:
+        """The bytes of the arena (and its lower bound) and of the constants."""
+        constants = self.program.constants
+        copies = {copy for s in self.schedules for _, copy in s.panels}
+        return MemoryUse(
+            self.layout.arena_bytes,
+            self.layout.lower_bound_bytes,
+            sum(array.nbytes for array in constants.values()),
+            sum(constants[name].nbytes for name in copies),
+        )
 
     def set_threads(self, count: int) -> None:
         """How many threads the model's parallel loops use (if it has any)."""
