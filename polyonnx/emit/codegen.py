@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import islpy as isl
 from llvmlite import ir
 
-from polyonnx.emit import ops, smallfloat, threads
+from polyonnx.emit import ops, smallfloat, threads, transpose
 from polyonnx.emit.astgen import Index, Instance, KernelAst, build_ast
 from polyonnx.emit.llvmtypes import (
     I64,
@@ -51,7 +51,7 @@ from polyonnx.krnl.ir import (
 from polyonnx.krnl.islutil import row_major_strides
 from polyonnx.schedule.gemm import Params, geometry, is_ukernel_mark
 from polyonnx.schedule.nest import MAX_STRIDE
-from polyonnx.schedule.state import PARALLEL
+from polyonnx.schedule.state import PARALLEL, TRANSPOSE
 from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
 
 Env = dict[str, ir.Value]
@@ -149,6 +149,8 @@ class _KernelWalker:
             self.parallel_loop(child, env)
         elif is_ukernel_mark(mark):
             self.ukernel(child, env, Params.from_mark(mark))
+        elif mark == TRANSPOSE and (tile := transpose.tile_of(self, child)) is not None:
+            transpose.emit(self, tile, env)
         else:
             self.node(child, env)
 

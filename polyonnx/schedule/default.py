@@ -27,6 +27,7 @@ from polyonnx.schedule.nest import loop_name, loop_nest
 from polyonnx.schedule.rows import row_fused_schedule
 from polyonnx.schedule.state import PARALLEL, Nest, State, Var
 from polyonnx.schedule.stencil import stencil_schedule, window_orders
+from polyonnx.schedule.transpose import transpose_schedule
 from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
 from polyonnx.schedule.ukernel import ukernel_schedule
 
@@ -36,7 +37,8 @@ def default_schedule(
 ) -> KernelSchedule:
     """For ``lanes`` float32 SIMD lanes (the host's when not given): a contraction as
     packed GEMM (schedule/ukernel.py), a depthwise convolution in SIMD row blocks
-    (schedule/depthwise.py), or register-blocked (schedule/blocking.py); a row-wise kernel
+    (schedule/depthwise.py), or register-blocked (schedule/blocking.py); a copy that
+    turns rows in tiles transposed in registers (schedule/transpose.py); a row-wise kernel
     fused per row (schedule/rows.py); a pooling window around SIMD rows
     (schedule/stencil.py); otherwise each statement in its own default loop nest
     (schedule/nest.py). Big kernels of the last three kinds also run their outermost loop
@@ -51,6 +53,9 @@ def default_schedule(
     blocked = blocked_schedule(kernel, buffers, lanes)
     if blocked is not None:
         return blocked
+    turned = transpose_schedule(kernel, buffers, lanes)
+    if turned is not None:
+        return _with_threads(turned)
     if kernel.op_type in TRANSFORMS:  # its passes a channel at a time
         chosen = row_fused_schedule(kernel, buffers, reducing=False)
     elif kernel.op_type == "Conv" and not any(st.reduce for st in kernel.statements):

@@ -22,6 +22,8 @@ from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
 UNROLL = "unroll"
 PARALLEL = "parallel"
 UKERNEL = "ukernel"
+TRANSPOSE = "transpose"
+"""On a tile's outer loop: the tile is transposed in registers (schedule/transpose.py)."""
 MARKS = (VECTORIZE, UNROLL, PARALLEL)
 
 
@@ -184,12 +186,12 @@ class State:
             node = node.insert_partial_schedule(shared_band(members, [position]))
             outer = [(st, self.nest(st.name).loops[:shared] + lp) for st, lp in members]
             if _single_valued(outer, shared + position):
-                marks = marks - {VECTORIZE, PARALLEL}  # isl emits no loop to mark
+                marks = marks - {VECTORIZE, PARALLEL, TRANSPOSE}  # isl emits no loop to mark
             if UNROLL in marks:
                 node = node.band_member_set_ast_loop_type(0, isl.ast_loop_type.unroll)
             for mark in sorted(m for m in marks if m.startswith(UKERNEL)):
                 node = node.insert_mark(isl.Id(mark))
-            for mark in (VECTORIZE, PARALLEL):
+            for mark in (VECTORIZE, PARALLEL, TRANSPOSE):
                 if mark in marks:
                     node = node.insert_mark(isl.Id(mark))
         if pending:
