@@ -127,3 +127,15 @@ def test_avx2_gemm_reads_its_weights_packed_once(avx2, n):
     assert compiled.schedules[0].panels == (("w", "w.panels16"),)
     x = random_array(rng, (m, k))
     np.testing.assert_allclose(compiled.run({"x": x})["y"], x @ w, **sum_tol(4 * k))
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (20, 37), (64, 24)])
+def test_avx2_transposes_in_8_by_8_tiles(avx2, shape):
+    """schedule/transpose.py's tiles are the vector width: 8 x 8 with AVX2, whole and
+    sticking out."""
+    node = helper.make_node("Transpose", ["x"], ["y"], name="t", perm=[1, 0])
+    model = make_model([node], [value_info("x", F32, shape)], [value_info("y", F32, shape[::-1])])
+    (schedule,) = default_schedules(lower_model(model), avx2)
+    assert "transpose" in schedule.tree
+    x = random_array(np.random.default_rng(1), shape)
+    np.testing.assert_array_equal(_compile(model, avx2).run({"x": x})["y"], x.T)
