@@ -1,7 +1,7 @@
 """The ``transpose`` mark (schedule/transpose.py): a W x W tile of a copy that turns its
 rows, loaded as W vectors along the input's rows, transposed in registers and stored as W
 vectors along the output's rows. Where the tile sticks out of the data (its loops end
-before W), the loops under the mark run as they are."""
+before W), the same under masks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import islpy as isl
 from llvmlite import ir
 
 from polyonnx.emit.astgen import Instance
-from polyonnx.emit.llvmtypes import I64, memory_type
+from polyonnx.emit.irhelp import I32
+from polyonnx.emit.llvmtypes import I64, PTR, intrinsic, mangle, memory_type, splat
 from polyonnx.krnl.ir import Access, Load
 
 
@@ -74,32 +75,85 @@ def _loop_body(walker, node: isl.AstNode, descend: bool = True) -> isl.AstNode |
 
 
 def emit(walker, tile: Tile, env: dict[str, ir.Value]) -> None:
-    """The whole tile in registers when both its loops run W times, else its loops."""
+    """The tile in registers: plain loads and stores when both its loops run W times, else
+    masked ones over the rows and lanes inside the data."""
     b, width = walker.b, walker.width
-    zero = ir.Constant(I64, 0)
-    whole = ir.Constant(ir.IntType(1), 1)
-    for loop, at in ((tile.outer, env), (tile.inner, {**env, tile.across: zero})):
+    counts = []
+    for loop, at in ((tile.outer, env), (tile.inner, {**env, tile.across: ir.Constant(I64, 0)})):
         bound, inclusive = walker._upper_bound(loop)
         runs = walker.expr(bound, at)  # the last iteration, or one past it
-        full = ir.Constant(I64, width - 1 if inclusive else width)
-        whole = b.and_(whole, b.icmp_signed("==", runs, full))
+        counts.append(b.add(runs, ir.Constant(I64, 1)) if inclusive else runs)
+    full = ir.Constant(I64, width)
+    whole = b.and_(*(b.icmp_signed("==", n, full) for n in counts))
     with b.if_else(whole) as (then, otherwise):
         with then:
-            _registers(walker, tile, env)
+            _registers(walker, tile, env, None)
         with otherwise:
-            walker.node(tile.outer, env)
+            _registers(walker, tile, env, counts)
 
 
-def _registers(walker, tile: Tile, env: dict[str, ir.Value]) -> None:
+def _registers(walker, tile: Tile, env: dict[str, ir.Value], counts) -> None:
+    """Load W vectors along the input's rows (row r: ``along`` = r), transpose, store W
+    along the output's rows (row c: ``across`` = c). With ``counts`` (the iterations of
+    the ``across`` and ``along`` loops), rows and lanes past them are masked off."""
     b, width = walker.b, walker.width
     vector = memory_type(tile.dtype, width)
+    across, along = counts if counts is not None else (None, None)
+    masks = _Masks(b, width, counts)
     rows = []
     for r in range(width):
-        at = {**env, tile.across: ir.Constant(I64, 0), tile.along: ir.Constant(I64, r)}
-        rows.append(b.load(walker.address(tile.inst, tile.source, at), typ=vector, align=4))
+        at, mask = masks.row(r, along, across)
+        point = {**env, tile.across: ir.Constant(I64, 0), tile.along: at}
+        address = walker.address(tile.inst, tile.source, point)
+        rows.append(masks.load(address, vector, mask))
     for c, column in enumerate(transposed(b, rows)):
-        at = {**env, tile.across: ir.Constant(I64, c), tile.along: ir.Constant(I64, 0)}
-        b.store(column, walker.address(tile.inst, tile.inst.stmt.write, at), align=4)
+        at, mask = masks.row(c, across, along)
+        point = {**env, tile.across: at, tile.along: ir.Constant(I64, 0)}
+        masks.store(column, walker.address(tile.inst, tile.inst.stmt.write, point), mask)
+
+
+class _Masks:
+    """Plain loads and stores of whole tiles; of partial ones, masked loads and stores
+    (masked-off lanes are never touched in memory) with rows past the data at row 0."""
+
+    def __init__(self, b: ir.IRBuilder, width: int, counts) -> None:
+        self.b, self.width, self.counts = b, width, counts
+        self.type = ir.VectorType(ir.IntType(1), width)
+        self.none = ir.Constant(self.type, [0] * width)
+        self.lanes = ir.Constant(ir.VectorType(I64, width), list(range(width)))
+
+    def row(self, index: int, rows, lanes):
+        """Row ``index`` (0 if ``rows`` rows end before it) and its lanes below ``lanes``."""
+        at = ir.Constant(I64, index)
+        if self.counts is None:
+            return at, None
+        b = self.b
+        live = b.icmp_signed("<", at, rows)
+        inside = b.icmp_signed("<", self.lanes, splat(b, lanes, self.width))
+        return b.select(live, at, ir.Constant(I64, 0)), b.select(live, inside, self.none)
+
+    def load(self, address: ir.Value, vector: ir.VectorType, mask) -> ir.Value:
+        if mask is None:
+            return self.b.load(address, typ=vector, align=4)
+        fn = intrinsic(
+            self.b.module,
+            f"llvm.masked.load.{mangle(vector)}.p0",
+            vector,
+            [PTR, I32, self.type, vector],
+        )
+        return self.b.call(fn, [address, ir.Constant(I32, 4), mask, ir.Constant(vector, None)])
+
+    def store(self, value: ir.Value, address: ir.Value, mask) -> None:
+        if mask is None:
+            self.b.store(value, address, align=4)
+            return
+        fn = intrinsic(
+            self.b.module,
+            f"llvm.masked.store.{mangle(value.type)}.p0",
+            ir.VoidType(),
+            [value.type, PTR, I32, self.type],
+        )
+        self.b.call(fn, [value, address, ir.Constant(I32, 4), mask])
 
 
 def transposed(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:

@@ -1,5 +1,6 @@
 """Transposes that turn rows (schedule/transpose.py, emit/transpose.py): tiles transposed in
-registers, and tiles that stick out of the data, against numpy on hypothesis shapes."""
+registers, whole and (under masks) sticking out of the data, against numpy on hypothesis
+shapes."""
 
 from __future__ import annotations
 
