@@ -196,12 +196,12 @@ class _KernelWalker:
             return False
         inc = node.for_get_inc()
         unit = inc.get_type() == isl.ast_expr_type.int and inc.get_val().to_python() == 1
-        return unit and self._upper_bound(node) is not None
+        return unit and self.upper_bound(node) is not None
 
     def parallel_loop(self, node: isl.AstNode, env: Env) -> None:
         """Outline the loop body into ``body(ctx, lo, hi)`` and run its iterations through
         polyonnx_parallel_for; buffer pointers and outer iterators travel in ``ctx``."""
-        bound, inclusive = self._upper_bound(node)
+        bound, inclusive = self.upper_bound(node)
         start = self.expr(node.for_get_init(), env)
         ub = self.expr(bound, env)
         stop = self.b.add(ub, ir.Constant(I64, 1)) if inclusive else ub
@@ -300,7 +300,7 @@ class _KernelWalker:
             or node.for_get_inc().get_val().to_python() != 1
         ):
             return False
-        if self._upper_bound(node) is None:
+        if self.upper_bound(node) is None:
             return False
         users = self._users(node.for_get_body())
         if not users:
@@ -325,7 +325,9 @@ class _KernelWalker:
             return found
         return None
 
-    def _upper_bound(self, node: isl.AstNode) -> tuple[isl.AstExpr, bool] | None:
+    def upper_bound(self, node: isl.AstNode) -> tuple[isl.AstExpr, bool] | None:
+        """A loop's bound ``it <= ub`` or ``it < ub`` as (ub, whether ``<=``), else None
+        (emit/transpose.py reads it too)."""
         cond = node.for_get_cond()
         name = node.for_get_iterator().get_id().get_name()
         if cond.get_type() != isl.ast_expr_type.op:
@@ -342,7 +344,7 @@ class _KernelWalker:
         """Steps of ``INTERLEAVE`` vectors while they fit, then of one vector, then a
         masked vector step or the scalar tail loop."""
         name = node.for_get_iterator().get_id().get_name()
-        bound, inclusive = self._upper_bound(node)
+        bound, inclusive = self.upper_bound(node)
         ub = self.expr(bound, env)
         last = ub if inclusive else self.b.sub(ub, ir.Constant(I64, 1))
         users = self._users(node.for_get_body())

@@ -60,7 +60,7 @@ def tile_of(walker, node: isl.AstNode) -> Tile | None:
 def _loop_body(walker, node: isl.AstNode, descend: bool = True) -> isl.AstNode | None:
     """``node``'s body loop (through a mark) when ``node`` is a unit-step loop from 0
     bounded above (``node`` itself when not ``descend``), else None."""
-    if node.get_type() != isl.ast_node_type.for_ or walker._upper_bound(node) is None:
+    if node.get_type() != isl.ast_node_type.for_ or walker.upper_bound(node) is None:
         return None
     init, inc = node.for_get_init(), node.for_get_inc()
     for e, value in ((init, 0), (inc, 1)):
@@ -80,7 +80,7 @@ def emit(walker, tile: Tile, env: dict[str, ir.Value]) -> None:
     b, width = walker.b, walker.width
     counts = []
     for loop, at in ((tile.outer, env), (tile.inner, {**env, tile.across: ir.Constant(I64, 0)})):
-        bound, inclusive = walker._upper_bound(loop)
+        bound, inclusive = walker.upper_bound(loop)
         runs = walker.expr(bound, at)  # the last iteration, or one past it
         counts.append(b.add(runs, ir.Constant(I64, 1)) if inclusive else runs)
     full = ir.Constant(I64, width)
