@@ -203,9 +203,17 @@ def _error_text(got: np.ndarray, want: np.ndarray) -> str:
         return f"SHAPE MISMATCH vs onnxruntime {list(want.shape)}"
     if got.size == 0:
         return "max abs err 0 (empty)"
-    diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
-    rel = diff / np.maximum(np.abs(want.astype(np.float64)), 1e-30)
-    return f"max abs err {diff.max():.3g}  max rel err {rel.max():.3g} (vs onnxruntime)"
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    nan = np.isnan(want)
+    if not np.array_equal(np.isnan(got), nan):
+        here, there = int(np.isnan(got).sum()), int(nan.sum())
+        return f"NaN in other places: {here} here, {there} in onnxruntime's output"
+    note = f"; NaN in the same {int(nan.sum())} places" if nan.any() else ""
+    if nan.all():
+        return f"max abs err 0 (vs onnxruntime{note})"
+    diff = np.abs(got[~nan] - want[~nan])
+    rel = diff / np.maximum(np.abs(want[~nan]), 1e-30)
+    return f"max abs err {diff.max():.3g}  max rel err {rel.max():.3g} (vs onnxruntime{note})"
 
 
 def _median_latency(fn, repeat: int) -> float:

@@ -84,3 +84,19 @@ def test_show_unknown_kernel_lists_the_known_ones(capsys):
     assert main(["show", EXAMPLE, "--kernel", "nope"]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and "fc0" in err and "softmax" in err
+
+
+def test_compare_ort_counts_nan_in_the_same_places_apart(tmp_path, capsys):
+    """A fully masked sequence gives NaN in both runtimes (the encoder's softmax over no
+    keys): agreement, reported as such, with the error taken over the other elements."""
+    model = pathlib.Path(__file__).resolve().parent / "data" / "torch" / "encoder_dynamo.onnx"
+    x = np.random.default_rng(0).standard_normal((2, 10, 32)).astype(np.float32)
+    mask = np.zeros((2, 10), dtype=bool)
+    mask[0] = True  # the first sequence masked whole: its 320 outputs are NaN
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "mask.npy", mask)
+    feed = ["--input", f"x={tmp_path / 'x.npy'}", "--input", f"mask={tmp_path / 'mask.npy'}"]
+    assert main(["run", str(model), *feed, "--compare-ort", "--repeat", "1"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("output"))
+    assert "NaN in the same 320 places" in line, line
+    assert float(line.split("max abs err ")[1].split()[0]) < 1e-4, line
