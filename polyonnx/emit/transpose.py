@@ -34,11 +34,13 @@ def tile_of(walker, node: isl.AstNode) -> Tile | None:
     """The tile under a ``transpose`` mark, or None when the loops are not two unit-step
     loops from 0 over one copy statement read along the outer one and written along the
     inner one, a vector wide."""
-    inner = _loop_body(walker, node)
-    if inner is None:
+    if not _from_zero(walker, node):
+        return None
+    inner = _unmarked(node.for_get_body())
+    if not _from_zero(walker, inner):
         return None
     user = inner.for_get_body()
-    if user.get_type() != isl.ast_node_type.user or _loop_body(walker, inner, False) is None:
+    if user.get_type() != isl.ast_node_type.user:
         return None
     inst = walker.instance(user)
     if not isinstance(inst.stmt.expr, Load) or inst.stmt.reduce is not None:
@@ -57,21 +59,22 @@ def tile_of(walker, node: isl.AstNode) -> Tile | None:
     return Tile(node, across, along, inner, inst, source, dtype)
 
 
-def _loop_body(walker, node: isl.AstNode, descend: bool = True) -> isl.AstNode | None:
-    """``node``'s body loop (through a mark) when ``node`` is a unit-step loop from 0
-    bounded above (``node`` itself when not ``descend``), else None."""
+def _from_zero(walker, node: isl.AstNode) -> bool:
+    """Whether ``node`` is a unit-step loop from 0, bounded above."""
     if node.get_type() != isl.ast_node_type.for_ or walker.upper_bound(node) is None:
-        return None
+        return False
     init, inc = node.for_get_init(), node.for_get_inc()
-    for e, value in ((init, 0), (inc, 1)):
-        if e.get_type() != isl.ast_expr_type.int or e.get_val().to_python() != value:
-            return None
-    if not descend:
-        return node
-    body = node.for_get_body()
-    while body.get_type() == isl.ast_node_type.mark:
-        body = body.mark_get_node()
-    return body if body.get_type() == isl.ast_node_type.for_ else None
+    return all(
+        e.get_type() == isl.ast_expr_type.int and e.get_val().to_python() == value
+        for e, value in ((init, 0), (inc, 1))
+    )
+
+
+def _unmarked(node: isl.AstNode) -> isl.AstNode:
+    """``node``, or the node under its marks (the inner loop's ``vectorize``)."""
+    while node.get_type() == isl.ast_node_type.mark:
+        node = node.mark_get_node()
+    return node
 
 
 def emit(walker, tile: Tile, env: dict[str, ir.Value]) -> None:

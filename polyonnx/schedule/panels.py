@@ -36,10 +36,12 @@ import numpy as np
 from polyonnx.aligned import aligned_empty
 from polyonnx.krnl.ir import Buffer, Program
 from polyonnx.schedule.gemm import Geometry, Params, geometry
+from polyonnx.schedule.state import UKERNEL
 from polyonnx.schedule.tree import KernelSchedule
 
 MIN_ROWS = 2
-MARK = re.compile(r"ukernel_[A-Za-z0-9]+(?:_[A-Za-z0-9]+)*")
+MARK = re.compile(rf"{UKERNEL}_\w+")
+"""A ukernel mark in a schedule tree's text (Params.mark's words joined by ``_``)."""
 
 
 def panel_name(buffer: str, nr: int) -> str:
