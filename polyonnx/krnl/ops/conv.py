@@ -16,7 +16,8 @@ an existential (stride) constraint::
         over exists e: o + p - d*k = s*e and 0 <= e < size
 
 The group dim ``g`` only appears when ``group > 1``. Big 3x3 stride-1 Convs take
-Winograd's F(2x2, 3x3) or F(4x4, 3x3) instead (krnl/ops/winograd.py), strided ones the
+Winograd's F(2x2, 3x3) or F(4x4, 3x3) instead (krnl/ops/winograd.py), big 3x3 stride-2
+ones F(4, 2) over the stride's phases (krnl/ops/winograd_s2.py), other strided ones the
 phases of their input (krnl/ops/phases.py). float16 sums accumulate in a float32
 temp and are rounded once at the end. :class:`Axis` and :func:`window` (the sliding-window
 geometry: auto_pad, pads, strides, dilations, ceil_mode) are shared with the pools;
@@ -451,7 +452,7 @@ def conv_bias(ctx: LowerContext, node: Node, out: Buffer) -> Buffer | None:
 
 @lowers("Conv", "ConvInteger")
 def lower_conv(ctx: LowerContext, node: Node) -> None:
-    from polyonnx.krnl.ops import phases, winograd  # (they build on this module)
+    from polyonnx.krnl.ops import phases, winograd, winograd_s2  # (they build on this module)
 
     x, w = ctx.buffer(node.inputs[0]), _unregistered(ctx, node.inputs[1])
     ch = channels(node, x, w)
@@ -465,6 +466,9 @@ def lower_conv(ctx: LowerContext, node: Node) -> None:
     variant = None if integer else winograd.fits(x, weights, axes, ch.group)
     if variant is not None:
         winograd.lower(ctx, node, x, weights, axes, out, variant)
+        return
+    if not integer and winograd_s2.fits(x, weights, axes, ch.group):
+        winograd_s2.lower(ctx, node, x, weights, axes, out)
         return
     plan = None if integer or _depthwise_2d(ch, axes, x) else phases.plan(axes, x, weights)
     if plan is not None:  # V, not W, is read: W is not registered

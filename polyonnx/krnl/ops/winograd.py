@@ -163,7 +163,7 @@ def weights_transform(weights: np.ndarray, variant: Variant) -> np.ndarray:
     )
 
 
-def _pass(
+def transform_pass(
     name: str, dims: list[str], where: str, write: Access, coeffs: np.ndarray, src: Buffer, index
 ) -> Statement:
     """One pass of a transform: ``write = sum over i of coeffs[i] * src[index(i)]`` over
@@ -172,10 +172,10 @@ def _pass(
     def load(i: int) -> Expr:
         return kb.load(kb.access(src.name, name, dims, index(i)), src.dtype)
 
-    return Statement(name, where, write, _combination(coeffs, load))
+    return Statement(name, where, write, combination(coeffs, load))
 
 
-def _combination(coeffs: np.ndarray, load) -> Expr:
+def combination(coeffs: np.ndarray, load) -> Expr:
     """``sum over i of coeffs[i] * load(i)``, the nonzero terms only (+-1 as an add or a
     subtract)."""
     total = None
@@ -210,7 +210,7 @@ def lower(
     _input_kernel(ctx, node, x, axes, v, tiles, variant)
     u = ctx.table(f"{node.inputs[1]}_winograd", weights_transform(weights, variant))
     m = ctx.temp(f"{out.name}.winograd_m", (points, weights.shape[0], columns), "float32")
-    _gemm_kernel(ctx, node, u, v, m)
+    gemm_kernel(ctx, node, u, v, m)
     _output_kernel(ctx, node, m, out, tiles, variant)
 
 
@@ -224,14 +224,14 @@ def _input_kernel(
     """
     ty, tx = tiles
     s, w = variant.tile, variant.window
-    padded, stmts = _split_copy(ctx, x, axes, tiles, s, f"{v.name}.padded")
+    padded, stmts = split_copy(ctx, x, axes, tiles, s, f"{v.name}.padded")
     half = padded.shape[-1]
     t = ctx.temp(f"{v.name}.columns", (*x.shape[:2], w, ty, s, half), x.dtype)
     dims = ["pn", "pc", "vy", "r", "u"]  # the copy's batch and channel dims
     for a in range(w):
         name = f"S{len(stmts)}"
         stmts.append(
-            _pass(
+            transform_pass(
                 name,
                 dims,
                 kb.box(name, dims, (*x.shape[:2], ty, s, half)),
@@ -246,7 +246,7 @@ def _input_kernel(
     for b in range(w):
         name = f"S{len(stmts)}"
         stmts.append(
-            _pass(
+            transform_pass(
                 name,
                 dims,
                 kb.box(name, dims, (x.shape[0], x.shape[1], w, ty, tx)),
@@ -259,7 +259,7 @@ def _input_kernel(
     ctx.kernel(node, stmts, ".winograd_input", "WinogradInput")
 
 
-def _split_copy(
+def split_copy(
     ctx: LowerContext, x: Buffer, axes: Sequence[Axis], tiles, s: int, hint: str
 ) -> tuple[Buffer, list[Statement]]:
     """X zero-padded to s*TY + 2 rows of s*TX + 2 columns, each row stored as s runs of
@@ -292,7 +292,7 @@ def _split_copy(
     return src, [pad_cells, copy]
 
 
-def _gemm_kernel(ctx: LowerContext, node: Node, u: Buffer, v: Buffer, m: Buffer) -> None:
+def gemm_kernel(ctx: LowerContext, node: Node, u: Buffer, v: Buffer, m: Buffer) -> None:
     """``M[t, i, j] += U[t, i, k] * V[t, k, j]``: a batched MatMul."""
     dims = ["t", "i", "j", "k"]
     init = Statement(
@@ -333,7 +333,7 @@ def _output_kernel(ctx: LowerContext, node: Node, m: Buffer, out: Buffer, tiles,
     for dx in range(s):
         name = f"S{len(stmts)}"
         stmts.append(
-            _pass(
+            transform_pass(
                 name,
                 dims,
                 kb.box(name, dims, (n, channels, w, ty, tx)),
@@ -347,7 +347,7 @@ def _output_kernel(ctx: LowerContext, node: Node, m: Buffer, out: Buffer, tiles,
     for dy in range(s):
         name = f"S{len(stmts)}"
         inside = [f"{s}*ty + {dy} < {oh}", f"{s}*tx + dx < {ow}"]
-        stmt = _pass(
+        stmt = transform_pass(
             name,
             dims,
             domain(name, dims, (n, channels, ty, s, tx), inside),
