@@ -43,6 +43,7 @@ from polyonnx.krnl.ops.winograd import combination, gemm_kernel, split_copy, tra
 
 TILE = 4
 STEP = 2 * TILE
+SPLIT = 4
 """Outputs a tile has along an axis, and the padded inputs it moves along it."""
 
 BT = np.array(
@@ -164,9 +165,11 @@ def _input_kernel(
     first tap, and S is T for an even row phase, P's row 8*vy + 2*a + 1 for the odd one.
     """
     ty, tx = tiles
-    padded, stmts = split_copy(ctx, x, axes, tiles, STEP, f"{v.name}.padded")
+    runs = STEP // SPLIT  # a tile's step in a run
+    split_tiles = (runs * ty, runs * tx)  # (split_copy's rows and runs for SPLIT-wide tiles)
+    padded, stmts = split_copy(ctx, x, axes, split_tiles, SPLIT, f"{v.name}.padded")
     half = padded.shape[-1]
-    t = ctx.temp(f"{v.name}.rows", (*x.shape[:2], EVEN.size, ty, STEP, half), x.dtype)
+    t = ctx.temp(f"{v.name}.rows", (*x.shape[:2], EVEN.size, ty, SPLIT, half), x.dtype)
     dims = ["pn", "pc", "vy", "r", "u"]
     for a in range(EVEN.size):
         name = f"S{len(stmts)}"
@@ -174,7 +177,7 @@ def _input_kernel(
             transform_pass(
                 name,
                 dims,
-                kb.box(name, dims, (*x.shape[:2], ty, STEP, half)),
+                kb.box(name, dims, (*x.shape[:2], ty, SPLIT, half)),
                 kb.access(t.name, name, dims, ["pn", "pc", str(a), "vy", "r", "u"]),
                 EVEN.bt[a],
                 padded,
@@ -189,7 +192,7 @@ def _input_kernel(
 
             def index(j, rows=rows, cols=cols):
                 col = 2 * j + cols.first
-                where = [str(col % STEP), f"vx + {col // STEP}"]
+                where = [str(col % SPLIT), f"{runs}*vx + {col // SPLIT}"]
                 if rows.identity:
                     return ["pn", "pc", f"{STEP}*vy + 2*a + {rows.first}", *where]
                 return ["pn", "pc", "a", "vy", *where]
@@ -225,7 +228,7 @@ def _output_kernel(ctx: LowerContext, node: Node, m: Buffer, out: Buffer, tiles)
     first_row = {pair: sum(r.size for r, _ in evens[: evens.index(pair)]) for pair in evens}
     r = ctx.temp(
         f"{out.name}.winograd_rows",
-        (n, channels, first_row[evens[-1]] + evens[-1][0].size, ty, TILE, tx),
+        (n, channels, first_row[evens[-1]] + evens[-1][0].size, TILE, ty, tx),
         "float32",
     )
     dims = ["n", "m", "a", "ty", "tx"]
@@ -245,7 +248,7 @@ def _output_kernel(ctx: LowerContext, node: Node, m: Buffer, out: Buffer, tiles)
                         r.name,
                         name,
                         dims,
-                        ["n", "m", f"a + {first_row[pair]}", "ty", str(dx), "tx"],
+                        ["n", "m", f"a + {first_row[pair]}", str(dx), "ty", "tx"],
                     ),
                     cols.at[dx],
                     m,
@@ -291,7 +294,7 @@ def _pairs_sum(name: str, dims: list[str], dy: int, m: Buffer, r: Buffer, first_
             first = first_row[pair]
             term = combination(
                 rows.at[dy],
-                lambda a, first=first: load(r, ["n", "m", str(first + a), "ty", "dx", "tx"]),
+                lambda a, first=first: load(r, ["n", "m", str(first + a), "dx", "ty", "tx"]),
             )
         total = term if total is None else kb.binary("add", total, term)
     return total
