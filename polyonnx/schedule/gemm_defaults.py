@@ -30,6 +30,8 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
     if registers < 32 and mr == 6 and round_up(geo.m, 6) >= AVX2_ROW_WASTE * round_up(geo.m, 4):
         mr = 4  # 8 rows: 2 tiles of 4, not 2 of 6 (12 rows computed)
     nr = 2 * lanes
+    if registers >= 32 and NARROW_VECTORS * lanes <= geo.n < (NARROW_VECTORS + 1) * lanes:
+        nr = NARROW_VECTORS * lanes
     kc = _even(geo.k, KC if registers < 32 else AVX512_KC, 32)
     taps = b_taps(geo)
     if taps is not None:  # a padded 3x3 to 7x7 Conv: its input in place, no im2col
@@ -178,6 +180,14 @@ ROW_WASTE = 1.05
 """8-row tiles give way to 6-row ones when they compute this many times the rows that
 6-row tiles do (the last tile's extra rows are computed and dropped). Measured 1 thread,
 1x1 Conv 136 -> 136 at 28x28 in 4 groups (34 rows each), B in place: 103 -> 91 us."""
+
+NARROW_VECTORS = 3
+"""With 3 to 4 vectors' worth of columns (48 to 63 on AVX-512), the register tile is 3
+vectors wide (8 x 48, 24 accumulators), not 2: one whole tile and a short edge where 2
+vectors wide made a whole tile and an edge of 1 to 2 vectors. The Winograd GEMMs of a
+28 x 28 output's 49 tiles, measured on a Zen 5, 1 thread, in alternating rounds with
+onnxruntime: F(4x4, 3x3) 128 -> 128 channels 412 -> 387 us a Conv; the 3x3 stride-2 Conv
+128 -> 128 at 56 (krnl/ops/winograd_s2.py) 894 -> 835 us."""
 
 PACK_ROWS = 32
 """Rows from which packing B pays for itself by default (each packed element is then

@@ -457,6 +457,37 @@ def test_the_default_register_tile_wastes_few_rows(rows, lanes, mr):
 
 
 @pytest.mark.parametrize(
+    ("columns", "lanes", "nr"),
+    [
+        (49, 16, 48),  # a 28 x 28 output's Winograd tiles: one whole 48 tile, 1 left
+        (48, 16, 48),
+        (63, 16, 48),
+        (47, 16, 32),
+        (64, 16, 32),
+        (196, 16, 32),
+        (49, 8, 16),  # AVX2: no registers for a 3-vector tile
+    ],
+)
+def test_the_default_register_tile_is_3_vectors_wide_for_3_to_4_vectors_of_columns(
+    columns, lanes, nr
+):
+    program = lower_model(_matmul_model((128, 64), (64, columns), (128, columns)))
+    stmt = next(s for s in program.kernels[0].statements if s.reduce)
+    geo = geometry(stmt, program.buffers)
+    assert default_params(geo, lanes, vector_registers(lanes)).nr == nr
+
+
+@fast(10)
+@given(m=sizes, k=sizes, n=st.integers(48, 63), seed=seeds)
+def test_a_matmul_of_3_to_4_vectors_of_columns_matches_numpy(m, k, n, seed):
+    rng = np.random.default_rng(seed)
+    a, b = random_array(rng, (m, k)), random_array(rng, (k, n))
+    model = _matmul_model((m, k), (k, n), (m, n))
+    got = polyonnx.InferenceSession(model).run(None, {"a": a, "b": b})[0]
+    np.testing.assert_allclose(got, a @ b, **sum_tol(4 * k))
+
+
+@pytest.mark.parametrize(
     ("shape", "rows"),
     [
         ((8, 1024, 1024), True),  # B 4 MB, from memory, and too few rows to pack it for
