@@ -175,13 +175,17 @@ AveragePool 3x3 576x14x14 0.107 -> 0.090 ms, MaxPool 576x14x14 0.073 -> 0.045, 1
 0.065 -> 0.052; but AveragePool 256x28x28 (900-point planes) 0.205 -> 0.298, MaxPool
 320x28x28 0.112 -> 0.143, and 192x56x56 standalone 464 -> 738 us."""
 
-PARALLEL_POINTS = 1 << 20
-"""Statement instances (~1M, some 100 us of work) from which a non-contraction kernel's
+PARALLEL_POINTS = 1 << 16
+"""Statement instances (64K, some 5 us of work) from which a non-contraction kernel's
 outermost loop runs on threads. Handing a loop to the worker pool (emit/pool.py) costs a
 few microseconds; with it, the perf suite's row-fused Softmax 512x1024 (2M points) went
 from 211 us on one thread to 136 us on two (it was 266 us when each parallel loop started
-its own pthreads), LayerNorm 512x768 from 99 to 63 us. Smaller kernels were not measured
-to gain.
+its own pthreads), LayerNorm 512x768 from 99 to 63 us. It was 1M until the pools of the
+small CNNs were measured, 2 threads, alternating rounds with onnxruntime, 1M -> 256K ->
+64K: ShuffleNet 0.97 -> 0.92 -> 0.87, SqueezeNet 0.97 -> 0.95 -> 0.94 (its 3x3 stride-2
+MaxPools, 840K loads, 35 and 17 us, had run on one thread); 16K measured alike. Inception
+v1 and v2, DenseNet-121 and the suite's Softmax, LayerNorm, elementwise chain and
+depthwise Conv within 1-2%.
 
 Work counts a point once per load (:func:`_work`). In a kernel of PARALLEL_POINTS work or
 more, every loop group of at least 1/PASSES of it runs on threads: the pool is awake then.
