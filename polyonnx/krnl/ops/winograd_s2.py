@@ -9,7 +9,7 @@ direct sum does 9 x 16 = 144 multiplications per (output, input) channel pair. A
 krnl/ops/winograd.py, the sum over input channels is one GEMM per point, and three
 kernels do the work::
 
-    <node>.winograd_input   P = X zero-padded, each row stored as 8 runs of every 8th
+    <node>.winograd_input   P = X zero-padded, each row stored as 4 runs of every 4th
                             column (winograd.split_copy); T = the even rows' F(4, 2)
                             input transform; V[t, c, q] = the columns' one
     <node>                  M[t, m, q] = 0;  M[t, m, q] += U[t, m, c] * V[t, c, q]
@@ -43,8 +43,13 @@ from polyonnx.krnl.ops.winograd import combination, gemm_kernel, split_copy, tra
 
 TILE = 4
 STEP = 2 * TILE
-SPLIT = 4
 """Outputs a tile has along an axis, and the padded inputs it moves along it."""
+SPLIT = 4
+"""The input's rows are stored as SPLIT runs of every SPLIT-th column: a tile's window
+columns are then read along the tiles at a stride of STEP / SPLIT. 128 -> 128 at 56, 1
+thread, the input transform: split by 8 (a window's columns contiguous along the tiles,
+but the copy reads a stride of 8, one element at a time) 158 us, by 4 146 us, by 2 179 us
+(emit/codegen.py reads strides up to schedule/nest.py's MAX_STRIDE by shuffles)."""
 
 BT = np.array(
     [[2, -1, -2, 1, 0], [0, 2, 1, -1, 0], [0, -2, 3, -1, 0], [0, -1, 0, 1, 0], [0, 2, -1, -2, 1]],
@@ -159,9 +164,9 @@ def _input_kernel(
     """V down the windows' columns, then along their rows::
 
     T[n, c, a, vy, r, u] = sum over i of BT[a, i] P[n, c, 8*vy + 2*i, r, u]   (even rows)
-    V[t, c, q] = sum over j of BT_b[b, j] S[n, c, a, vy, col % 8, vx + col // 8]
+    V[t, c, q] = sum over j of BT_b[b, j] S[n, c, a, vy, col % 4, 2*vx + col // 4]
 
-    where P[n, c, y, r, u] holds padded column 8*u + r, col = 2*j + the column phase's
+    where P[n, c, y, r, u] holds padded column 4*u + r, col = 2*j + the column phase's
     first tap, and S is T for an even row phase, P's row 8*vy + 2*a + 1 for the odd one.
     """
     ty, tx = tiles
