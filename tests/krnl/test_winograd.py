@@ -30,10 +30,11 @@ F32 = np.float32
 F2, F4 = winograd.F2, winograd.F4
 
 
-def _model(x_shape, w, bias, pads, out_shape):
+def conv_relu_model(x_shape, w, bias, pads, out_shape, stride=1):
+    """Conv ("conv", constant weights and bias, or none) then Relu."""
     inputs = ["x", "w", "b"] if bias is not None else ["x", "w"]
     nodes = [
-        helper.make_node("Conv", inputs, ["c"], name="conv", pads=pads),
+        helper.make_node("Conv", inputs, ["c"], name="conv", pads=pads, strides=[stride, stride]),
         helper.make_node("Relu", ["c"], ["y"], name="relu"),
     ]
     constants = {"w": w} if bias is None else {"w": w, "b": bias}
@@ -79,26 +80,39 @@ wide and K blocks that split the channels, B packed."""
 def test_a_winograd_conv_matches_numpy(
     size, pads, c, m, batch, bias, params, threads, variant, seed
 ):
-    begin, end = pads[:2], pads[2:]
-    outs = [out_size(n, 3, 1, 1, b, e) for n, b, e in zip(size, begin, end, strict=True)]
+    case = {"size": size, "pads": pads, "c": c, "m": m, "batch": batch, "bias": bias}
+    with _every_3x3_conv(variant):
+        check_conv(case, 1, variant.tile, params, threads, seed)
+
+
+def check_conv(case, stride, tile, params, threads, seed, points=36):
+    """A 3x3 Conv then Relu (``case``: input size, pads, channels c -> m, batch, bias or
+    not) taken by Winograd, ``tile`` outputs a tile side, against a float64 numpy
+    convolution, its GEMM under ukernel ``params``, on ``threads``."""
+    begin, end = case["pads"][:2], case["pads"][2:]
+    outs = [
+        out_size(n, 3, stride, 1, b, e) for n, b, e in zip(case["size"], begin, end, strict=True)
+    ]
     if min(outs) < 1:
         return  # the window does not fit: a load-time error (tests/krnl/test_conv.py)
     rng = np.random.default_rng(seed)
-    x = random_array(rng, (batch, c, *size))
+    c, m = case["c"], case["m"]
+    x = random_array(rng, (case["batch"], c, *case["size"]))
     w = random_array(rng, (m, c, 3, 3))
-    b = random_array(rng, (m,)) if bias else None
-    ref = np.maximum(conv_ref(x, w, b, 1, (1, 1), (1, 1), begin, outs), 0)
-    with _every_3x3_conv(variant):
-        prog = polyonnx.load(_model(x.shape, w, b, list(pads), ref.shape))
+    b = random_array(rng, (m,)) if case["bias"] else None
+    ref = np.maximum(conv_ref(x, w, b, 1, (stride, stride), (1, 1), begin, outs), 0)
+    model = conv_relu_model(x.shape, w, b, list(case["pads"]), ref.shape, stride)
+    prog = polyonnx.load(model)
     assert set(prog.kernels) >= {
         "conv.winograd_input", "conv", "conv.winograd_output"
     }  # fmt: skip
-    tiles = batch * math.prod(variant.tiles(outs))
+    tiles = case["batch"] * math.prod(-(-o // tile) for o in outs)
     if params and min(c, m, tiles) > 1:  # (a dim of 1 leaves no GEMM to schedule)
         prog.schedule("conv").ukernel(**params)
     got = polyonnx.InferenceSession(prog, threads=threads).run(None, {"x": x})[0]
-    # the bound of a sum over 36 window points a channel (both variants pass within it)
-    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=4e-5 * 36 * c)
+    # the bound of a sum over the transformed points a channel (36 for F(4x4, 3x3); F2 and
+    # F4 both pass within it)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=4e-5 * points * c)
 
 
 @pytest.mark.parametrize("variant", [winograd.F2, winograd.F4], ids=["F2", "F4"])
@@ -114,10 +128,11 @@ def test_the_transformed_weights_give_the_direct_convolution_of_a_tile(variant):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def _fits(c, m, hw, pad=1, stride=1, kernel=3, group=1, dtype="float32"):
+def fits_case(fits, c, m, hw, pad=1, stride=1, kernel=3, group=1, dtype="float32"):
+    """``fits`` (a Winograd lowering's) of a square Conv c -> m channels at hw x hw."""
     axes = [Axis(hw, kernel, stride, 1, pad, pad, out_size(hw, kernel, stride, 1, pad, pad))]
     x = Buffer("x", (1, c * group, hw, hw), dtype)
-    return winograd.fits(x, np.zeros((m, c, kernel, kernel), F32), axes * 2, group)
+    return fits(x, np.zeros((m, c, kernel, kernel), F32), axes * 2, group)
 
 
 @pytest.mark.parametrize(
@@ -139,20 +154,26 @@ def _fits(c, m, hw, pad=1, stride=1, kernel=3, group=1, dtype="float32"):
     ],
 )
 def test_which_convs_take_winograd(case, taken):
-    assert _fits(**case) is taken
+    assert fits_case(winograd.fits, **case) is taken
 
 
-def test_its_kernels_and_their_schedules():
-    program = lower_model(square_conv_model(128, 64, 14, 3, 1, 1))
+def winograd_trees(program) -> list[str]:
+    """The default schedule trees of a Winograd Conv's three kernels (the Conv named
+    "conv"), checked to be those three, with U in place of the weights W."""
     kinds = [(k.name, k.op_type) for k in program.kernels]
     assert kinds == [
         ("conv.winograd_input", "WinogradInput"), ("conv", "Conv"),
         ("conv.winograd_output", "WinogradOutput"),
     ]  # fmt: skip
-    assert "w" not in program.constants  # U replaces W
+    assert "w" not in program.constants
+    return [default_schedule(k, program.buffers).tree for k in program.kernels]
+
+
+def test_its_kernels_and_their_schedules():
+    program = lower_model(square_conv_model(128, 64, 14, 3, 1, 1))
+    trees = winograd_trees(program)
     u = next(b for name, b in program.constants.items() if name.startswith("w_winograd"))
     assert u.shape == (16, 64, 128)
-    trees = [default_schedule(k, program.buffers).tree for k in program.kernels]
     assert "ukernel" in trees[1]  # the 16 GEMMs take the micro-kernel
     assert "vectorize" in trees[0]  # along the tiles of a row
     # both passes of the output transform in vectors: along its rows, then down its

@@ -7,36 +7,18 @@ after it, with the GEMM's micro-kernel under other parameters and threads."""
 from __future__ import annotations
 
 import contextlib
-import math
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from onnx import helper
 
-import polyonnx
-from polyonnx.krnl.ir import Buffer
 from polyonnx.krnl.ops import winograd_s2
-from polyonnx.krnl.ops.conv import Axis
 from polyonnx.runtime.compiled import lower_model
-from polyonnx.schedule.default import default_schedule
-from tests.helpers import fast, make_model, random_array, seeds, square_conv_model, value_info
-from tests.krnl.test_conv import conv_ref, out_size
-from tests.krnl.test_winograd import PARAMS
+from tests.helpers import fast, seeds, square_conv_model
+from tests.krnl.test_winograd import PARAMS, check_conv, fits_case, winograd_trees
 
 F32 = np.float32
-
-
-def _model(x_shape, w, bias, pads, out_shape):
-    inputs = ["x", "w", "b"] if bias is not None else ["x", "w"]
-    nodes = [
-        helper.make_node("Conv", inputs, ["c"], name="conv", pads=pads, strides=[2, 2]),
-        helper.make_node("Relu", ["c"], ["y"], name="relu"),
-    ]
-    constants = {"w": w} if bias is None else {"w": w, "b": bias}
-    feeds = [value_info("x", F32, x_shape)]
-    return make_model(nodes, feeds, [value_info("y", F32, out_shape)], constants)
 
 
 @contextlib.contextmanager
@@ -64,26 +46,9 @@ def _every_3x3_stride_2_conv():
 def test_a_stride_2_winograd_conv_matches_numpy(
     size, pads, c, m, batch, bias, params, threads, seed
 ):
-    begin, end = pads[:2], pads[2:]
-    outs = [out_size(n, 3, 2, 1, b, e) for n, b, e in zip(size, begin, end, strict=True)]
-    if min(outs) < 1:
-        return  # the window does not fit: a load-time error (tests/krnl/test_conv.py)
-    rng = np.random.default_rng(seed)
-    x = random_array(rng, (batch, c, *size))
-    w = random_array(rng, (m, c, 3, 3))
-    b = random_array(rng, (m,)) if bias else None
-    ref = np.maximum(conv_ref(x, w, b, 1, (2, 2), (1, 1), begin, outs), 0)
+    case = {"size": size, "pads": pads, "c": c, "m": m, "batch": batch, "bias": bias}
     with _every_3x3_stride_2_conv():
-        prog = polyonnx.load(_model(x.shape, w, b, list(pads), ref.shape))
-    assert set(prog.kernels) >= {
-        "conv.winograd_input", "conv", "conv.winograd_output"
-    }  # fmt: skip
-    tiles = batch * math.prod(-(-o // winograd_s2.TILE) for o in outs)
-    if params and min(c, m, tiles) > 1:  # (a dim of 1 leaves no GEMM to schedule)
-        prog.schedule("conv").ukernel(**params)
-    got = polyonnx.InferenceSession(prog, threads=threads).run(None, {"x": x})[0]
-    # the bound of a sum over 81 transformed points a channel
-    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=4e-5 * 81 * c)
+        check_conv(case, 2, winograd_s2.TILE, params, threads, seed, winograd_s2.POINTS)
 
 
 @pytest.mark.parametrize("first", [0, 1], ids=["even", "odd"])
@@ -117,12 +82,6 @@ def test_a_tile_in_the_transformed_space_is_the_stride_2_convolution():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def _fits(c, m, hw, pad=1, stride=2, kernel=3, group=1, dtype="float32"):
-    axes = [Axis(hw, kernel, stride, 1, pad, pad, out_size(hw, kernel, stride, 1, pad, pad))]
-    x = Buffer("x", (1, c * group, hw, hw), dtype)
-    return winograd_s2.fits(x, np.zeros((m, c, kernel, kernel), F32), axes * 2, group)
-
-
 @pytest.mark.parametrize(
     ("case", "taken"),
     [
@@ -139,20 +98,14 @@ def _fits(c, m, hw, pad=1, stride=2, kernel=3, group=1, dtype="float32"):
     ],
 )
 def test_which_convs_take_it(case, taken):
-    assert _fits(**case) is taken
+    assert fits_case(winograd_s2.fits, **{"stride": 2, **case}) is taken
 
 
 def test_its_kernels_and_their_schedules():
     program = lower_model(square_conv_model(128, 128, 56, 3, 2, 1))
-    kinds = [(k.name, k.op_type) for k in program.kernels]
-    assert kinds == [
-        ("conv.winograd_input", "WinogradInput"), ("conv", "Conv"),
-        ("conv.winograd_output", "WinogradOutput"),
-    ]  # fmt: skip
-    assert "w" not in program.constants  # U replaces W
+    trees = winograd_trees(program)
     u = next(b for name, b in program.constants.items() if name.startswith("w_winograd_s2"))
     assert u.shape == (81, 128, 128)
-    trees = [default_schedule(k, program.buffers).tree for k in program.kernels]
     assert "ukernel" in trees[1]  # the 81 GEMMs take the micro-kernel
     for tree in (trees[0], trees[2]):  # a channel at a time, the channels on threads
         assert tree.count("parallel") == 1

@@ -34,7 +34,7 @@ from tests.helpers import (
 )
 
 F32 = np.float32
-sizes = st.sampled_from((1, 2, 3, 7, 8, 9, 16, 17, 31, 33, 47, 64, 65))
+sizes = st.sampled_from((1, 2, 3, 7, 8, 9, 16, 17, 31, 33, 47, 49, 63, 64, 65))
 
 
 def _matmul_model(a_shape, b_shape, out_shape):
@@ -475,16 +475,6 @@ def test_the_default_register_tile_is_3_vectors_wide_for_3_to_4_vectors_of_colum
     stmt = next(s for s in program.kernels[0].statements if s.reduce)
     geo = geometry(stmt, program.buffers)
     assert default_params(geo, lanes, vector_registers(lanes)).nr == nr
-
-
-@fast(10)
-@given(m=sizes, k=sizes, n=st.integers(48, 63), seed=seeds)
-def test_a_matmul_of_3_to_4_vectors_of_columns_matches_numpy(m, k, n, seed):
-    rng = np.random.default_rng(seed)
-    a, b = random_array(rng, (m, k)), random_array(rng, (k, n))
-    model = _matmul_model((m, k), (k, n), (m, n))
-    got = polyonnx.InferenceSession(model).run(None, {"a": a, "b": b})[0]
-    np.testing.assert_allclose(got, a @ b, **sum_tol(4 * k))
 
 
 @pytest.mark.parametrize(

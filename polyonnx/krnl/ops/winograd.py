@@ -129,16 +129,24 @@ output, tiles that stick out of an odd-sized output counted whole. F(2x2) on a 7
 a 5x5 one would do 0.64, a 3x3 one 0.79."""
 
 
+def plain_3x3(
+    x: Buffer, weights: np.ndarray | None, axes: Sequence[Axis], group: int, stride: int
+) -> bool:
+    """Whether a Conv is float32, 2-D, 3x3 with ``stride``, no dilation, one group, pads of
+    at most 1 and constant weights: what a Winograd lowering takes."""
+    if weights is None or x.dtype != "float32" or group != 1 or len(axes) != 2:
+        return False
+    if not all(a.kernel == 3 and a.stride == stride and a.dilation == 1 for a in axes):
+        return False
+    return all(a.pad <= 1 and a.pad_end <= 1 for a in axes)
+
+
 def fits(x: Buffer, weights: np.ndarray | None, axes: Sequence[Axis], group: int) -> Variant | None:
     """The variant this Conv runs by, or None: float32, 2-D, 3x3, stride and dilation 1,
     one group, pads of at most 1, constant weights, at least CHANNEL_PAIRS channel pairs,
     and at most TILE_WORK multiplications per direct one; F4 from F4_PLANE outputs a side
     and F4_CHANNEL_PAIRS pairs."""
-    if weights is None or x.dtype != "float32" or group != 1 or len(axes) != 2:
-        return None
-    if not all(a.kernel == 3 and a.stride == 1 and a.dilation == 1 for a in axes):
-        return None
-    if not all(a.pad <= 1 and a.pad_end <= 1 for a in axes):
+    if not plain_3x3(x, weights, axes, group, 1):
         return None
     oh, ow = (a.out for a in axes)
     pairs = weights.shape[0] * weights.shape[1]
@@ -227,20 +235,7 @@ def _input_kernel(
     padded, stmts = split_copy(ctx, x, axes, tiles, s, f"{v.name}.padded")
     half = padded.shape[-1]
     t = ctx.temp(f"{v.name}.columns", (*x.shape[:2], w, ty, s, half), x.dtype)
-    dims = ["pn", "pc", "vy", "r", "u"]  # the copy's batch and channel dims
-    for a in range(w):
-        name = f"S{len(stmts)}"
-        stmts.append(
-            transform_pass(
-                name,
-                dims,
-                kb.box(name, dims, (*x.shape[:2], ty, s, half)),
-                kb.access(t.name, name, dims, ["pn", "pc", str(a), "vy", "r", "u"]),
-                variant.bt[a],
-                padded,
-                lambda i: ["pn", "pc", f"{s}*vy + {i}", "r", "u"],
-            )
-        )
+    down_columns(stmts, t, padded, variant.bt, lambda i: f"{s}*vy + {i}")
     dims = ["pn", "pc", "a", "vy", "vx"]
     q = f"({ty}*pn + vy)*{tx} + vx"
     for b in range(w):
@@ -257,6 +252,27 @@ def _input_kernel(
             )
         )
     ctx.kernel(node, stmts, ".winograd_input", "WinogradInput")
+
+
+def down_columns(stmts: list[Statement], t: Buffer, padded: Buffer, bt: np.ndarray, row) -> None:
+    """Append the input transform's passes down the windows' columns, one per row ``a``
+    of ``bt``: ``T[n, c, a, vy, r, u] = sum over i of bt[a, i] P[n, c, row(i), r, u]``
+    over T's (vy, r, u), where ``row(i)`` is the padded row of a window's i-th (in vy)."""
+    dims = ["pn", "pc", "vy", "r", "u"]  # the copy's batch and channel dims
+    box = (*t.shape[:2], *t.shape[3:])
+    for a in range(bt.shape[0]):
+        name = f"S{len(stmts)}"
+        stmts.append(
+            transform_pass(
+                name,
+                dims,
+                kb.box(name, dims, box),
+                kb.access(t.name, name, dims, ["pn", "pc", str(a), "vy", "r", "u"]),
+                bt[a],
+                padded,
+                lambda i: ["pn", "pc", row(i), "r", "u"],
+            )
+        )
 
 
 def split_copy(

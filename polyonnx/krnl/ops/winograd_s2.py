@@ -39,7 +39,14 @@ from polyonnx.krnl import build as kb
 from polyonnx.krnl.ir import Buffer, Statement
 from polyonnx.krnl.lower import LowerContext
 from polyonnx.krnl.ops.conv import Axis, conv_bias, domain
-from polyonnx.krnl.ops.winograd import combination, gemm_kernel, split_copy, transform_pass
+from polyonnx.krnl.ops.winograd import (
+    combination,
+    down_columns,
+    gemm_kernel,
+    plain_3x3,
+    split_copy,
+    transform_pass,
+)
 
 TILE = 4
 STEP = 2 * TILE
@@ -110,11 +117,7 @@ def fits(x: Buffer, weights: np.ndarray | None, axes: Sequence[Axis], group: int
     """Whether a Conv runs this way: float32, 2-D, 3x3, stride 2, no dilation, one group,
     pads of at most 1, constant weights, at least CHANNEL_PAIRS channel pairs and
     MIN_TILES tiles an image."""
-    if weights is None or x.dtype != "float32" or group != 1 or len(axes) != 2:
-        return False
-    if not all(a.kernel == 3 and a.stride == 2 and a.dilation == 1 for a in axes):
-        return False
-    if not all(a.pad <= 1 and a.pad_end <= 1 for a in axes):
+    if not plain_3x3(x, weights, axes, group, 2):
         return False
     tiles = math.prod(_tiles([a.out for a in axes]))
     work = POINTS * tiles <= TILE_WORK * 9 * math.prod(a.out for a in axes)
@@ -175,20 +178,7 @@ def _input_kernel(
     padded, stmts = split_copy(ctx, x, axes, split_tiles, SPLIT, f"{v.name}.padded")
     half = padded.shape[-1]
     t = ctx.temp(f"{v.name}.rows", (*x.shape[:2], EVEN.size, ty, SPLIT, half), x.dtype)
-    dims = ["pn", "pc", "vy", "r", "u"]
-    for a in range(EVEN.size):
-        name = f"S{len(stmts)}"
-        stmts.append(
-            transform_pass(
-                name,
-                dims,
-                kb.box(name, dims, (*x.shape[:2], ty, SPLIT, half)),
-                kb.access(t.name, name, dims, ["pn", "pc", str(a), "vy", "r", "u"]),
-                EVEN.bt[a],
-                padded,
-                lambda i: ["pn", "pc", f"{STEP}*vy + {2 * i}", "r", "u"],
-            )
-        )
+    down_columns(stmts, t, padded, EVEN.bt, lambda i: f"{STEP}*vy + {2 * i}")
     dims = ["pn", "pc", "a", "vy", "vx"]
     q = f"({ty}*pn + vy)*{tx} + vx"
     for rows, cols in PAIRS:
