@@ -322,6 +322,10 @@ class Program:
     constants: Mapping[str, np.ndarray] = field(default_factory=lambda: MappingProxyType({}))
     views: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     slices: Mapping[str, tuple[str, int]] = field(default_factory=lambda: MappingProxyType({}))
+    input_offsets: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """Inputs whose code is laid out for where their data starts past a cache line, and
+    that offset in bytes (krnl/lower.py's LowerContext.input_offset): it runs correctly
+    from any start, fastest from that one."""
 
     def root(self, name: str) -> str:
         """The buffer that owns ``name``'s storage (following views and slices)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 import numpy as np
@@ -37,8 +37,10 @@ def supported_ops() -> frozenset[str]:
 class LowerContext:
     """The mutable workbench one lowering run uses; it yields a frozen Program."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, input_offsets: Mapping[str, int] | None = None):
         self.graph = graph
+        self._given_offsets = dict(input_offsets or {})
+        self.input_offsets: dict[str, int] = {}
         self.buffers: dict[str, Buffer] = {}
         self.constants: dict[str, np.ndarray] = {}
         self.views: dict[str, str] = {}
@@ -55,6 +57,15 @@ class LowerContext:
             self.buffers[value.name] = Buffer(value.name, tuple(value.shape), value.dtype)
 
     # -- reading operands ------------------------------------------------------------
+
+    def input_offset(self, name: str, default: int) -> int:
+        """Where graph input ``name``'s data is taken to start past a cache line, in bytes:
+        as given for this compilation (the runtime compiles per offset it meets), else
+        ``default``. Recorded in the program: code laid out for it still runs correctly
+        from any start."""
+        offset = self._given_offsets.get(name, default)
+        self.input_offsets[name] = offset
+        return offset
 
     def buffer(self, name: str) -> Buffer:
         if name in self.buffers:
@@ -197,11 +208,13 @@ class LowerContext:
             constants=MappingProxyType(dict(self.constants)),
             views=MappingProxyType(dict(self.views)),
             slices=MappingProxyType(dict(self.slices)),
+            input_offsets=MappingProxyType(dict(self.input_offsets)),
         )
 
 
-def lower(graph: Graph) -> Program:
-    """Lower every node of a static-shaped graph to kernels."""
+def lower(graph: Graph, input_offsets: Mapping[str, int] | None = None) -> Program:
+    """Lower every node of a static-shaped graph to kernels; ``input_offsets``: where
+    inputs' data starts past a cache line, in bytes (LowerContext.input_offset)."""
     _load_op_modules()
     missing: dict[str, list[str]] = {}
     for node in graph.nodes:
@@ -211,7 +224,7 @@ def lower(graph: Graph) -> Program:
         raise UnsupportedOpError(missing)
     if not graph.is_static:
         raise LoweringError("lowering needs static input shapes; specialise the graph first")
-    ctx = LowerContext(graph)
+    ctx = LowerContext(graph, input_offsets)
     for node in graph.nodes:
         try:
             LOWERINGS[node.op_type](ctx, node)

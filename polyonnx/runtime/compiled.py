@@ -72,11 +72,17 @@ def _has_contraction(kernel: Kernel, program: Program) -> bool:
 
 
 def compile_graph(
-    graph: Graph, target: Target | None = None, *, profile: bool = False, records=None
+    graph: Graph,
+    target: Target | None = None,
+    *,
+    profile: bool = False,
+    records=None,
+    input_offsets: Mapping[str, int] | None = None,
 ) -> CompiledModel:
     """With ``records`` (tune/apply.py's Records), kernels with a tuning record that beat
-    the default get its schedule (host targets only)."""
-    program = optimize(lower(graph))
+    the default get its schedule (host targets only). ``input_offsets``: where inputs'
+    data starts past a cache line, in bytes, for code laid out by it (Program's)."""
+    program = optimize(lower(graph, input_offsets))
     if records is None or target is not None:
         schedules, used = default_schedules(program, target), {}
     else:

@@ -23,6 +23,7 @@ from functools import cached_property
 import numpy as np
 import onnx
 
+from polyonnx.aligned import ALIGN
 from polyonnx.emit.target import Target
 from polyonnx.errors import InputError, PolyonnxError, ValueRequiredError
 from polyonnx.frontend.graph import Dim, Graph, Value
@@ -93,6 +94,9 @@ class InferenceSession:
         """The specialisation that ran last (whose profile ``kernel_profile`` reads)."""
         self._value_inputs: list[str] = []
         """Inputs whose values lowering needs (axes, shapes): compiled per value."""
+        self._offset_inputs: list[str] = []
+        """Inputs whose code is laid out for where their data starts past a cache line
+        (Program.input_offsets): compiled per start met (a one-row MatMul's big B)."""
         if _is_program(model):  # a polyonnx.Program with scripted schedules
             self.graph = model.graph
             self._static = self.graph.is_static
@@ -109,8 +113,8 @@ class InferenceSession:
                 compiled = compile_graph(
                     self.graph, target, profile=self.profiling, records=self.records
                 )
-                self._compiled[self._key({})] = compiled
-                self._compiled[self._key({})].set_threads(self.threads)
+                compiled.set_threads(self.threads)
+                self._keep({}, compiled)
             except ValueRequiredError as exc:
                 self._value_inputs = list(exc.inputs)
 
@@ -154,10 +158,16 @@ class InferenceSession:
                 self._model, supported_ops=supported_ops(), input_shapes=shapes, input_values=values
             )
             try:
-                self._compiled[key] = compile_graph(
-                    graph, self._target, profile=self.profiling, records=self.records
+                compiled = compile_graph(
+                    graph,
+                    self._target,
+                    profile=self.profiling,
+                    records=self.records,
+                    input_offsets=self._offsets(feed),
                 )
-                self._compiled[key].set_threads(self.threads)
+                compiled.set_threads(self.threads)
+                self._keep(feed, compiled)
+                key = self._key(feed)
             except ValueRequiredError as exc:
                 if set(exc.inputs) <= set(self._value_inputs):
                     raise
@@ -190,12 +200,30 @@ class InferenceSession:
         for compiled in self._compiled.values():
             compiled.reset_profile()
 
-    def _key(self, feed: Mapping[str, np.ndarray]) -> tuple:
+    def _key(self, feed: Mapping[str, np.ndarray], offsets: Mapping[str, int] | None = None):
+        """The specialisation for ``feed``: its shapes and value inputs' values, and where
+        the offset inputs' data starts (``offsets``, else read off ``feed``)."""
         if not feed or (self._static and not self._value_inputs):
-            return ("static",)
-        shapes = tuple((name, tuple(arr.shape)) for name, arr in sorted(feed.items()))
-        values = tuple((n, feed[n].dtype.str, feed[n].tobytes()) for n in self._value_inputs)
-        return (shapes, values)
+            key: tuple = ("static",)
+        else:
+            shapes = tuple((name, tuple(arr.shape)) for name, arr in sorted(feed.items()))
+            values = tuple((n, feed[n].dtype.str, feed[n].tobytes()) for n in self._value_inputs)
+            key = (shapes, values)
+        if not self._offset_inputs:
+            return key
+        offsets = self._offsets(feed) if offsets is None else offsets
+        return (*key, tuple(offsets.get(n) for n in self._offset_inputs))
+
+    def _offsets(self, feed: Mapping[str, np.ndarray]) -> dict[str, int]:
+        """Where the offset inputs' data starts past a cache line in ``feed``, in bytes."""
+        return {n: feed[n].ctypes.data % ALIGN for n in self._offset_inputs if n in feed}
+
+    def _keep(self, feed: Mapping[str, np.ndarray], compiled: CompiledModel) -> None:
+        """Cache ``compiled`` as the specialisation of ``feed``'s shapes (and values) and
+        of the input offsets its code is laid out for."""
+        laid_out = dict(compiled.program.input_offsets)
+        self._offset_inputs += [n for n in laid_out if n not in self._offset_inputs]
+        self._compiled[self._key(feed, laid_out)] = compiled
 
     def _expected(self) -> dict[str, tuple[Value, np.dtype, tuple | None]]:
         """Each input's description, numpy dtype and shape if it has no symbolic dims

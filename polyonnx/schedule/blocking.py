@@ -33,9 +33,11 @@ import contextlib
 import math
 from collections.abc import Mapping
 
+import islpy as isl
+
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Binary, Buffer, Kernel, Load, Statement
-from polyonnx.krnl.islutil import dim_names, extents, flat_stride
+from polyonnx.krnl.islutil import dim_names, extents, flat_stride, parse_set
 from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.gemm_defaults import PARALLEL_WORK
@@ -117,7 +119,42 @@ def blocked_schedule(
         # threads for big contractions; small ones would spend more starting them
         with contextlib.suppress(ScheduleError):
             state = annotate.parallel(state, deps, first)
-    return state.to_kernel_schedule()
+    columns = parse_set(stmt.domain)
+    at = dim_names(stmt).index(simd)
+    low, high = (f(at).to_python() for f in (columns.dim_min_val, columns.dim_max_val))
+    if low % width == 0:
+        return state.to_kernel_schedule()
+    # columns that start inside a tile (a one-row MatMul's input B read shifted, krnl/ops/
+    # matmul.py's INPUT_OFFSET): the whole tiles apart, so that their loops have constant
+    # bounds (one body for all the slices' rows, not a loop each)
+    whole = (-(-low // width), (high + 1) // width - 1)
+    position = state.nest(stmt.name).position(j_o)
+    tree = _isolated(state.isl_schedule().get_root(), stmt.name, position, whole, 0)
+    return KernelSchedule(kernel, str(tree.get_schedule()), state)
+
+
+def _isolated(node: isl.ScheduleNode, name: str, position: int, whole, outer: int):
+    """The isolate option on the band member ``position`` of statement ``name``'s loops:
+    its values ``whole`` (first, last) generated apart from the others."""
+    kind = node.get_type()
+    if kind == isl.schedule_node_type.filter:
+        names: set[str] = set()
+        node.filter_get_filter().foreach_set(lambda part: names.add(part.get_tuple_name()))
+        if name not in names:
+            return node
+    if kind == isl.schedule_node_type.band:
+        members = node.band_n_member()
+        if outer <= position < outer + members:
+            prefix = ", ".join(f"o{d}" for d in range(outer))
+            band = [f"b{d}" for d in range(members)]
+            at = band[position - outer]
+            space = f"isolate[[{prefix}] -> [{', '.join(band)}]]"
+            option = f"{{ {space} : {whole[0]} <= {at} <= {whole[1]} }}"
+            return node.band_set_ast_build_options(isl.UnionSet(option))
+        outer += members
+    for index in range(node.n_children()):
+        node = _isolated(node.child(index), name, position, whole, outer).parent()
+    return node
 
 
 def _far_apart(stmt: Statement, buffers: Mapping[str, Buffer], reduced, extent) -> bool:

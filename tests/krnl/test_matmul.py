@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import polyonnx
+from polyonnx.aligned import ALIGN, aligned_empty
 from tests.helpers import (
     DIMS,
     Const,
@@ -206,3 +207,58 @@ def test_which_matrix_vector_products_are_split(sa, sb, split):
     )  # fmt: skip
     names = polyonnx.load(model).kernels
     assert any(name.endswith(".sum") for name in names) == split
+
+
+def _at_offset(array: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of ``array`` whose data starts ``offset`` bytes past a cache line."""
+    raw = aligned_empty((array.nbytes + ALIGN,), np.uint8)
+    copy = raw[offset : offset + array.nbytes].view(array.dtype).reshape(array.shape)
+    copy[...] = array
+    return copy
+
+
+@fast(20)
+@given(
+    k=st.sampled_from((16, 48, 130)),
+    n=st.sampled_from((5, 33, 100, 300)),
+    offset=st.sampled_from((0, 2, 4, 16, 36, 60)),
+    threads=st.sampled_from((1, 2)),
+    seed=seeds,
+)
+def test_a_matrix_vector_product_reads_b_from_any_start(k, n, offset, threads, seed):
+    """B, an input, read from ``offset`` bytes past a cache line (2: not even on a float)
+    by code laid out for numpy's start (16), then, compiled once more, for its own."""
+    from polyonnx.krnl.ops import matmul
+
+    rng = np.random.default_rng(seed)
+    a = random_array(rng, (1, k), np.float32, -1, 1)
+    b = random_array(rng, (k, n), np.float32, -1, 1)
+    model, _ = node_model("MatMul", [a, b], [(np.float32, 2)])
+    names = [v.name for v in model.graph.input]
+    feed = {names[0]: a, names[1]: _at_offset(b, offset)}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(matmul, "SPLIT_K_BYTES", 0)
+        session = polyonnx.InferenceSession(model, threads=threads)
+        got = session.run(None, feed)[0]
+        assert session.compiled_for(feed).program.input_offsets == {names[1]: offset}
+    assert_matches(got, _matmul(a, b), sum_tol(k))
+
+
+def test_code_is_compiled_once_per_start_of_b_met(monkeypatch):
+    from polyonnx.krnl.ops import matmul
+
+    monkeypatch.setattr(matmul, "SPLIT_K_BYTES", 0)
+    rng = np.random.default_rng(0)
+    a, b = random_array(rng, (1, 64)), random_array(rng, (64, 300))
+    model, _ = node_model("MatMul", [a, b], [(np.float32, 2)])
+    names = [v.name for v in model.graph.input]
+    session = polyonnx.InferenceSession(model)
+    at = {offset: {names[0]: a, names[1]: _at_offset(b, offset)} for offset in (16, 0)}
+    numpy_start = session.compiled_for(at[16])  # compiled when the session was made
+    assert numpy_start.program.input_offsets == {names[1]: matmul.INPUT_OFFSET}
+    aligned = session.compiled_for(at[0])
+    assert aligned is not numpy_start and aligned.program.input_offsets == {names[1]: 0}
+    again = {names[0]: a, names[1]: _at_offset(b, 16)}
+    assert session.compiled_for(again) is numpy_start
+    for feed in (*at.values(), again):
+        np.testing.assert_allclose(session.run(None, feed)[0], a @ b, rtol=1e-5, atol=1e-4)

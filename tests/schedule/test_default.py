@@ -184,6 +184,20 @@ def test_a_big_matrix_vector_product_reads_slices_of_k_side_by_side(monkeypatch)
     assert all(read in text for read in reads)
 
 
+def test_a_matrix_vector_product_reading_b_shifted_runs_its_whole_tiles_apart(monkeypatch):
+    """B an input, its columns read shifted by numpy's start (INPUT_OFFSET, 4 floats):
+    columns 4..303 stand for 0..299, tiles of 64; the whole tiles 1..3 are generated
+    apart, with constant bounds (each slice's row one vector loop of the same body)."""
+    from polyonnx.krnl.ops import matmul
+
+    monkeypatch.setattr(matmul, "SPLIT_K_BYTES", 0)
+    node = helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")
+    feeds = [value_info("a", F32, (1, 64)), value_info("b", F32, (64, 300))]
+    text = _nest(make_model([node], feeds, [value_info("y", F32, (1, 300))]))
+    assert "for (int j_o = 1; j_o <= 3; j_o++)" in text
+    assert "b[(32 * h) + k][((64 * j_o) + j_i) - 4]" in text
+
+
 def test_one_row_of_dot_products_keeps_the_reduction_in_simd():
     """A classifier's Gemm with transB (weights [N, K]): each output is a dot product of
     two contiguous rows, so the reduction stays the SIMD loop (row blocks would read the
