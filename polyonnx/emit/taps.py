@@ -9,6 +9,8 @@ their offsets, the tile's masks stored to the stack.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from llvmlite import ir
 
 from polyonnx.emit.irhelp import DOT_COLUMNS, F32, I32, LINE_FLOATS, i32, lesser, loop
@@ -28,11 +30,37 @@ stay unrolled (their masks are vectors there, not bits). As AVX2 code on the Zen
 packed from its input."""
 
 
+class ColumnTaps(NamedTuple):
+    """A whole tile's tap masks (per tap, per vector), whether all its lanes are on, whether
+    every tap's row lies in the input (``_within_plane``) and, for a rolled loop, the
+    masks stored to the stack (``_mask_table``)."""
+
+    masks: list[list[ir.Value]]
+    inside: ir.Value
+    plane: ir.Value
+    table: ir.Value | None
+
+
 class TapLoops:
     """The tap loops of ``_Gemm`` (a mixin: it reads the GEMM's state, ``self.taps``,
     ``self.tap_masks``, the IR builder and the tile's helpers)."""
 
-    def _inside_or_edge(self, acc, a_rows, b_at, kcl, tap_masks, col):
+    def column_taps(self, col: ir.Value) -> ColumnTaps:
+        """What the tap loop of a whole tile (first column ``col``) needs, worked out once
+        for the column's every row tile (emit/ukernel.py computes it before the row loop)."""
+        b = self.b
+        masks = self._tap_masks(col, [self.all_lanes] * self.nv)
+        every = self.all_lanes
+        for t in self.taps.live:  # a dead slot's masks are all off
+            for mask in masks[t]:
+                every = b.and_(every, mask)
+        bits = b.bitcast(every, ir.IntType(self.w))
+        inside = b.icmp_unsigned("==", bits, ir.Constant(ir.IntType(self.w), (1 << self.w) - 1))
+        rolled = len(self.taps.live) > ROLLED_TAPS and vector_registers(self.w) >= 32
+        table = self._mask_table(masks) if rolled else None
+        return ColumnTaps(masks, inside, self._within_plane(col), table)
+
+    def _inside_or_edge(self, acc, a_rows, b_at, kcl, column: ColumnTaps):
         """The tap loop three ways: without masks where every tap's window of every column
         of the tile lies inside the image (most tiles of a wide image); with plain loads
         and ``tap_masks`` zeroing lanes where every tap's row lies within the input
@@ -40,27 +68,22 @@ class TapLoops:
         (taps x NR / W) live on the stack, and a masked load then costs a reload: a 3x3
         Conv 64->64 at 56x56 took 4.4 ms masked everywhere against 3.5 ms with no masks."""
         b = self.b
-        every = self.all_lanes
-        for t in self.taps.live:  # a dead slot's masks are all off
-            for mask in tap_masks[t]:
-                every = b.and_(every, mask)
-        bits = b.bitcast(every, ir.IntType(self.w))
-        inside = b.icmp_unsigned("==", bits, ir.Constant(ir.IntType(self.w), (1 << self.w) - 1))
         names = ("inside", "plane", "plane.yes", "edge", "done")
         paths = dict(zip(names, (b.append_basic_block(f"taps.{n}") for n in names), strict=True))
-        b.cbranch(inside, paths["inside"], paths["plane"])
+        b.cbranch(column.inside, paths["inside"], paths["plane"])
         b.position_at_end(paths["plane"])
-        b.cbranch(self._within_plane(col), paths["plane.yes"], paths["edge"])
+        b.cbranch(column.plane, paths["plane.yes"], paths["edge"])
         results = []
         for path, masks, select in [
             ("inside", None, False),
-            ("plane.yes", tap_masks, True),
-            ("edge", tap_masks, False),
+            ("plane.yes", column.masks, True),
+            ("edge", column.masks, False),
         ]:
             b.position_at_end(paths[path])
-            self.tap_masks = masks or [[self.all_lanes] * self.nv for _ in tap_masks]
+            self.tap_masks = masks or [[self.all_lanes] * self.nv for _ in column.masks]
             self.tap_select = select
-            results.append((self._tap_loop(acc, a_rows, b_at, kcl), b.block))
+            table = None if masks is None else column.table
+            results.append((self._tap_loop(acc, a_rows, b_at, kcl, table), b.block))
             b.branch(paths["done"])
         self.tap_select = False
         b.position_at_end(paths["done"])
@@ -105,14 +128,15 @@ class TapLoops:
             end = b.add(b.mul(j, ir.Constant(I64, self.kcp)), kcl)
             b.store(self.zero, b.bitcast(self._at(self.bt, end), self.vec.as_pointer()), align=4)
 
-    def _tap_loop(self, acc, a_rows, b_at, kcl):
+    def _tap_loop(self, acc, a_rows, b_at, kcl, table=None):
         """The K loop over a Conv's input read in place: a channel a step, its taps
         unrolled (or rolled, ROLLED_TAPS), each tap's B vectors loaded where its masks say
-        the window is inside the image (and the columns inside the tile)."""
+        the window is inside the image (and the columns inside the tile); ``table``: the
+        rolled loop's masks stored already (ColumnTaps)."""
         b, taps = self.b, self.taps
         channels = b.udiv(kcl, ir.Constant(I64, taps.count))
         rolled = len(taps.live) > ROLLED_TAPS and vector_registers(self.w) >= 32
-        masks = self._mask_table() if rolled else None
+        masks = table if table is not None else self._mask_table(self.tap_masks) if rolled else None
 
         def body(cur, channel):
             row = b.gep(b_at, [b.mul(channel, ir.Constant(I64, taps.step))], source_etype=F32)
@@ -130,12 +154,12 @@ class TapLoops:
 
         return self._acc_loop(acc, ir.Constant(I64, 0), channels, 1, "kch", body)
 
-    def _mask_table(self) -> ir.Value | None:
-        """The tile's tap masks (``tap_masks``, live taps only) stored to a stack array
-        that the rolled tap loop reads, an integer of W bits each; None when every mask
-        has all lanes on (the tile lies inside the image)."""
+    def _mask_table(self, tap_masks) -> ir.Value | None:
+        """The tile's tap masks (live taps only) stored to a stack array that the rolled
+        tap loop reads, an integer of W bits each; None when every mask has all lanes on
+        (the tile lies inside the image)."""
         b, taps = self.b, self.taps
-        masks = [self.tap_masks[t][v] for t in taps.live for v in range(self.nv)]
+        masks = [tap_masks[t][v] for t in taps.live for v in range(self.nv)]
         if all(isinstance(mask, ir.Constant) for mask in masks):
             return None
         bits = ir.IntType(self.w)
