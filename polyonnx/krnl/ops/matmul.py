@@ -81,9 +81,10 @@ INPUT_OFFSET = 16
 until a run says otherwise (the session compiles per start it meets): numpy's big arrays
 start there (glibc's mmap'd chunks start 16 bytes into a page). B's columns are then read
 shifted so that its rows' vectors, but a row's first and last, lie on whole cache lines;
-any start is read correctly, only slower. Measured on a Zen 5,
-1 x 4096 x 4096 from numpy's B, 1 thread: straddling 2.03 ms, B aligned 1.44 ms, numpy's
-1.96 ms; a hand-written loop alike, 1.18-1.25 ms on lines, 1.58-1.62 ms 16 bytes off."""
+any start is read correctly, only slower. Measured on a Zen 5, 1 x 4096 x 4096 from
+numpy's B, 1 thread: straddling lines 2.03 ms, shifted 1.60 ms, B on a line 1.44 ms,
+numpy's own 1.96-1.99 ms; a hand-written loop alike, 1.18-1.25 ms on lines, 1.58-1.62 ms
+16 bytes off."""
 SIDE_BY_SIDE = 8
 """Slices each part of K reads side by side, row k of each at a time (or the largest power
 of two below it that divides the part, 1 at least); at most schedule/blocking.py's
