@@ -136,7 +136,9 @@ class TapLoops:
         b, taps = self.b, self.taps
         channels = b.udiv(kcl, ir.Constant(I64, taps.count))
         rolled = len(taps.live) > ROLLED_TAPS and vector_registers(self.w) >= 32
-        masks = table if table is not None else self._mask_table(self.tap_masks) if rolled else None
+        masks = table
+        if masks is None and rolled:
+            masks = self._mask_table(self.tap_masks)
 
         def body(cur, channel):
             row = b.gep(b_at, [b.mul(channel, ir.Constant(I64, taps.step))], source_etype=F32)

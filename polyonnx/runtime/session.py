@@ -1,7 +1,9 @@
 """``InferenceSession``: onnxruntime's surface over polyonnx-compiled native code.
 
 Models with symbolic input dims are compiled once per distinct input shape (shape
-specialisation: constant trip counts make better loops) and the result is cached.
+specialisation: constant trip counts make better loops) and the result is cached. Code
+laid out for where an input's data starts past a cache line (a one-row MatMul's big B,
+krnl/ops/matmul.py's INPUT_OFFSET) is compiled once per start met, too.
 Every input is validated — name, dtype, rank, shape — before native code runs.
 
 ``profile=True`` compiles every specialisation with per-kernel timers::

@@ -25,6 +25,9 @@ has a loop outside the reduction already (the parts of a split K, krnl/ops/matmu
 
     for (outer) / for I_o / for J_c / for k_o / for J_o / for k_i (unrolled) / for I_i /
         for J_i (SIMD)
+
+Where the SIMD dim starts inside a tile (an input B read shifted onto cache lines), the
+whole J_o tiles are generated apart (isl's isolate option), with constant bounds.
 """
 
 from __future__ import annotations
