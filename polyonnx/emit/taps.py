@@ -56,9 +56,13 @@ class TapLoops:
                 every = b.and_(every, mask)
         bits = b.bitcast(every, ir.IntType(self.w))
         inside = b.icmp_unsigned("==", bits, ir.Constant(ir.IntType(self.w), (1 << self.w) - 1))
-        rolled = len(self.taps.live) > ROLLED_TAPS and vector_registers(self.w) >= 32
+        rolled = self._rolled()
         table = self._mask_table(masks) if rolled else None
         return ColumnTaps(masks, inside, self._within_plane(col), table)
+
+    def _rolled(self) -> bool:
+        """Whether the taps run as a loop, not unrolled (ROLLED_TAPS)."""
+        return len(self.taps.live) > ROLLED_TAPS and vector_registers(self.w) >= 32
 
     def _inside_or_edge(self, acc, a_rows, b_at, kcl, column: ColumnTaps):
         """The tap loop three ways: without masks where every tap's window of every column
@@ -135,7 +139,7 @@ class TapLoops:
         rolled loop's masks stored already (ColumnTaps)."""
         b, taps = self.b, self.taps
         channels = b.udiv(kcl, ir.Constant(I64, taps.count))
-        rolled = len(taps.live) > ROLLED_TAPS and vector_registers(self.w) >= 32
+        rolled = self._rolled()
         masks = table
         if masks is None and rolled:
             masks = self._mask_table(self.tap_masks)

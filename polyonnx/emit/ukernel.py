@@ -297,7 +297,8 @@ class _Gemm(TapLoops, Packing):
         """B read in place from a padded Conv's input, a window of taps a channel."""
         self.tap_masks: list[list[ir.Value]] = []
         self.column = None
-        """The current column's ColumnTaps (emit/taps.py) for its whole tiles, or None."""
+        """The current column's ColumnTaps (emit/taps.py) for its whole tiles (set before
+        its row tiles where B is read in place), or None."""
         self.tap_select = False
         """Tap loads read every lane and zero the masked ones (see ``_tap_vector``)."""
         self.tap_tables: list[ir.GlobalVariable] = []
@@ -440,8 +441,7 @@ class _Gemm(TapLoops, Packing):
         if self.taps is None:
             acc = self._k_loop(acc, a_rows, b_at, kcl)
         elif all(isinstance(mask, ir.Constant) for mask in masks):  # all NR columns
-            column = self.column if self.column is not None else self.column_taps(col)
-            acc = self._inside_or_edge(acc, a_rows, b_at, kcl, column)
+            acc = self._inside_or_edge(acc, a_rows, b_at, kcl, self.column)
         else:
             self.tap_masks = self._tap_masks(col, masks)
             acc = self._tap_loop(acc, a_rows, b_at, kcl)

@@ -16,6 +16,13 @@ def parse_set(text: str) -> isl.Set:
 
 
 @lru_cache(maxsize=8192)
+def tuple_names(union: isl.UnionSet) -> set[str]:
+    """The statement names a union set (a schedule filter) holds points of."""
+    names: set[str] = set()
+    union.foreach_set(lambda part: names.add(part.get_tuple_name()))
+    return names
+
+
 def parse_access(text: str) -> isl.MultiAff:
     return isl.MultiAff(text)
 

@@ -40,7 +40,7 @@ import islpy as isl
 
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Binary, Buffer, Kernel, Load, Statement
-from polyonnx.krnl.islutil import dim_names, extents, flat_stride, parse_set
+from polyonnx.krnl.islutil import dim_names, extents, flat_stride, parse_set, tuple_names
 from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.gemm_defaults import PARALLEL_WORK
@@ -140,11 +140,8 @@ def _isolated(node: isl.ScheduleNode, name: str, position: int, whole, outer: in
     """The isolate option on the band member ``position`` of statement ``name``'s loops:
     its values ``whole`` (first, last) generated apart from the others."""
     kind = node.get_type()
-    if kind == isl.schedule_node_type.filter:
-        names: set[str] = set()
-        node.filter_get_filter().foreach_set(lambda part: names.add(part.get_tuple_name()))
-        if name not in names:
-            return node
+    if kind == isl.schedule_node_type.filter and name not in tuple_names(node.filter_get_filter()):
+        return node
     if kind == isl.schedule_node_type.band:
         members = node.band_n_member()
         if outer <= position < outer + members:

@@ -40,6 +40,7 @@ from polyonnx.krnl.islutil import (
     named_access,
     parse_access,
     parse_set,
+    tuple_names,
 )
 from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
@@ -163,7 +164,9 @@ def _with_options(
     update's loops only (not on those of statements in other nests: a padded copy)."""
     size = full.dim(isl.dim_type.set)
     kind = node.get_type()
-    if kind == isl.schedule_node_type.filter and update not in _names(node.filter_get_filter()):
+    if kind == isl.schedule_node_type.filter and update not in tuple_names(
+        node.filter_get_filter()
+    ):
         return node
     if kind == isl.schedule_node_type.band:
         members = node.band_n_member()
@@ -179,12 +182,6 @@ def _with_options(
     for index in range(node.n_children()):
         node = _with_options(node.child(index), full, outer, update).parent()
     return node
-
-
-def _names(filter_set: isl.UnionSet) -> set[str]:
-    names: set[str] = set()
-    filter_set.foreach_set(lambda part: names.add(part.get_tuple_name()))
-    return names
 
 
 def _isolate(full: isl.Set, outer: int, members: int) -> isl.UnionSet:
