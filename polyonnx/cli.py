@@ -58,7 +58,29 @@ def _parser() -> argparse.ArgumentParser:
         "--db", help="tuning records to use (default: polyonnx-tuning.db next to the model)"
     )
     run.add_argument("--no-tuning", action="store_true", help="default schedules only")
+    run.add_argument("--no-cache", action="store_true", help="compile, not load from the cache")
     run.set_defaults(handler=cmd_run)
+
+    build = sub.add_parser(
+        "compile", help="compile a model into a shared library with a C API (docs/deploy.md)"
+    )
+    build.add_argument("model")
+    build.add_argument("-o", "--output", required=True, metavar="DIR")
+    build.add_argument("--name", help="prefix of the library's symbols (default: the model's)")
+    build.add_argument("--target", help="LLVM triple, e.g. aarch64-linux-gnu (default: host)")
+    build.add_argument("--cpu", help="CPU to tune code for, e.g. neoverse-n1, haswell, x86-64")
+    build.add_argument(
+        "--threads", type=int, default=None,
+        help="threads the tuning records are for, and NAME_open(0)'s default",
+    )  # fmt: skip
+    build.add_argument("--db", help="tuning records (default: polyonnx-tuning.db by the model)")
+    build.add_argument("--no-tuning", action="store_true", help="default schedules only")
+    build.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    build.set_defaults(handler=cmd_compile)
+
+    cache = sub.add_parser("cache", help="the compile cache: info, or clear it")
+    cache.add_argument("action", choices=["info", "clear"])
+    cache.set_defaults(handler=cmd_cache)
 
     show = sub.add_parser("show", help="print kernels: isl domains, accesses and loop nests")
     show.add_argument("model")
@@ -94,19 +116,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     from polyonnx.runtime.session import InferenceSession
 
     start = time.perf_counter()
-    session = InferenceSession(args.model, threads=args.threads, tuning_db=_tuning_db(args))
+    session = InferenceSession(
+        args.model,
+        threads=args.threads,
+        tuning_db=_tuning_db(args),
+        cache=False if args.no_cache else None,
+    )
     feed = _inputs(session, args)
     compiled = session.compiled_for(session.validate(feed))
     compile_s = time.perf_counter() - start
+    if args.compare_ort and session.graph is None:
+        raise PolyonnxError("--compare-ort needs the .onnx model, not a compiled library")
     outputs = session.run(None, feed)
     names = [o.name for o in session.get_outputs()]
     reference, rerun = (
         _onnxruntime(args.model, feed, args.threads) if args.compare_ort else (None, None)
     )
     print(f"model    {args.model}")
-    print(f"compile  {compile_s * 1e3:.1f} ms")
+    print(f"compile  {compile_s * 1e3:.1f} ms{_compiled_how(session, compiled)}")
     if compiled.tuned:
-        print(f"tuned    {len(compiled.tuned)} of {len(compiled.schedules)} kernels from records")
+        print(f"tuned    {len(compiled.tuned)} of {len(compiled.abi.kernels)} kernels from records")
     for reason in session.records.skipped if session.records else ():
         print(f"records skipped: {reason}")
     for name, array in feed.items():
@@ -116,12 +145,71 @@ def cmd_run(args: argparse.Namespace) -> int:
         if reference is not None:
             line += "  " + _error_text(array, reference[i])
         print(line)
-    print(f"memory   {_memory_text(compiled.memory())}")
+    if compiled.memory() is not None:
+        print(f"memory   {_memory_text(compiled.memory())}")
     latency = _median_latency(lambda: session.run(None, feed), args.repeat)
     print(f"latency  {latency * 1e3:.3f} ms (median of {args.repeat})")
     if reference is not None:
         ort_latency = _median_latency(rerun, args.repeat)
         print(f"onnxruntime latency  {ort_latency * 1e3:.3f} ms (median of {args.repeat})")
+    return 0
+
+
+def _compiled_how(session, compiled) -> str:
+    if session.graph is None:
+        return " (a compiled library: loaded, nothing compiled)"
+    if getattr(compiled, "cached", False):
+        return " (loaded from the compile cache: polyonnx cache info)"
+    return ""
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from polyonnx.emit.target import make_target
+    from polyonnx.runtime.library import compile_library, default_name
+    from polyonnx.tune.apply import Records
+
+    start = time.perf_counter()
+    target = make_target(args.target, args.cpu)
+    threads = args.threads or 1
+    tuning = _tuning_db(args)
+    records = None if tuning is False else Records.load(threads, tuning)
+    shapes = _shapes(args)
+    name = args.name or default_name(args.model)
+    library = compile_library(
+        args.model, args.output, name, target=target, records=records,
+        input_shapes=shapes or None, default_threads=args.threads or 0,
+    )  # fmt: skip
+    print(f"model    {args.model}")
+    print(f"target   {target.triple} {target.name} ({target.vector_bits}-bit vectors)")
+    print(f"compile  {time.perf_counter() - start:.1f} s")
+    for path in (library.library, library.header, library.weights):
+        if path is not None:
+            print(f"wrote    {path} ({path.stat().st_size / 2**20:.2f} MB)")
+    return 0
+
+
+def _shapes(args: argparse.Namespace) -> dict[str, list[int]]:
+    """--shape NAME=D0,D1,... given, by input name."""
+    pairs = (_pair(text, "--shape") for text in args.shape)
+    try:
+        return {name: [int(d) for d in dims.split(",") if d] for name, dims in pairs}
+    except ValueError as exc:
+        raise PolyonnxError(f"--shape takes NAME=D0,D1,... with integer dims: {exc}") from exc
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from polyonnx.runtime.cache import CompileCache, enabled_by_default
+
+    cache = CompileCache()
+    if args.action == "clear":
+        print(f"removed  {cache.clear()} entries from {cache.directory}")
+        return 0
+    info = cache.info()
+    state = "on" if enabled_by_default() else "off (POLYONNX_CACHE)"
+    print(f"cache    {info.directory} ({state})")
+    print(
+        f"entries  {info.entries}, {info.bytes / 2**20:.1f} MB of {info.cap_bytes / 2**20:.0f} MB"
+    )
     return 0
 
 
@@ -151,10 +239,7 @@ def _tuning_db(args: argparse.Namespace):
 
 def _inputs(session, args: argparse.Namespace) -> dict[str, np.ndarray]:
     given = dict(_pair(text, "--input") for text in args.input)
-    shapes = {
-        name: [int(d) for d in dims.split(",") if d]
-        for name, dims in (_pair(t, "--shape") for t in args.shape)
-    }
+    shapes = _shapes(args)
     rng = np.random.default_rng(args.seed)
     feed = {}
     for arg in session.get_inputs():
@@ -162,7 +247,7 @@ def _inputs(session, args: argparse.Namespace) -> dict[str, np.ndarray]:
             feed[arg.name] = np.load(given[arg.name])
             continue
         shape = shapes.get(arg.name) or [d if isinstance(d, int) else 1 for d in arg.shape]
-        dtype = session.graph.value(arg.name).dtype
+        dtype = session.input_values[arg.name].dtype
         feed[arg.name] = _random(rng, dtype, shape)
     unknown = set(given) - set(feed)
     if unknown:
@@ -329,10 +414,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from polyonnx.krnl.ir import loads
     from polyonnx.runtime.compiled import compile_program, default_schedules, lower_model
 
-    shapes = {
-        name: [int(d) for d in dims.split(",") if d]
-        for name, dims in (_pair(t, "--shape") for t in args.shape)
-    }
+    shapes = _shapes(args)
     program = lower_model(args.model, shapes or None)
     schedules = default_schedules(program)
     chosen = [s for s in schedules if args.kernel in (None, s.kernel.name)]

@@ -12,17 +12,20 @@ A model compiled with ``profile=True`` times every kernel call inside the native
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import islpy as isl
 import numpy as np
 
 from polyonnx.aligned import ALIGN, aligned_empty
+from polyonnx.emit.abi import EntryAbi, KernelInfo, Port
 from polyonnx.emit.jit import JitModule
 from polyonnx.emit.module import ENTRY, PROFILE_GLOBAL, emit_module, register_profile_symbols
 from polyonnx.emit.target import Target, host_target
@@ -36,11 +39,15 @@ from polyonnx.krnl.ir import Binary, Kernel, Program
 from polyonnx.krnl.islutil import parse_set
 from polyonnx.krnl.lower import lower, supported_ops
 from polyonnx.krnl.verify import check_bounds
+from polyonnx.runtime.cache import Entry
 from polyonnx.runtime.memory import ARENA, Layout, plan_memory
 from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.gemm import geometry
 from polyonnx.schedule.panels import pack_constants
 from polyonnx.schedule.tree import KernelSchedule
+
+if TYPE_CHECKING:
+    from llvmlite import ir
 
 
 def default_schedules(program: Program, target: Target | None = None) -> tuple[KernelSchedule, ...]:
@@ -102,6 +109,29 @@ def compile_program(
     """With ``profile``, the native entry also times every kernel call (a few clock reads
     per inference); without, it is exactly the plain build."""
     target = target or host_target()
+    native = emit_program(program, schedules, target, profile=profile)
+    jit = JitModule(native.module, target)
+    return CompiledModel(
+        native.abi, native.constants, jit, native.memory, profile, build=native.build
+    )
+
+
+@dataclass(frozen=True)
+class NativeProgram:
+    """A Program emitted as one LLVM module, with what running it needs: the entry's
+    slots and ports (``abi``), and the constants its slots point at."""
+
+    module: ir.Module
+    abi: EntryAbi
+    constants: Mapping[str, np.ndarray]
+    memory: MemoryUse
+    build: Build
+
+
+def emit_program(
+    program: Program, schedules: Sequence[KernelSchedule], target: Target, *, profile: bool
+) -> NativeProgram:
+    """Pack constant GEMM weights, check bounds, plan memory and emit the module."""
     program, schedules = pack_constants(program, tuple(schedules))
     check_bounds(program)
     layout = plan_memory(program)
@@ -109,8 +139,48 @@ def compile_program(
     if profile and not register_profile_symbols():
         raise CodegenError("profiling needs clock_gettime(CLOCK_MONOTONIC) from the C library")
     module, symbols = emit_module(schedules, program.buffers, places, target, profile=profile)
-    jit = JitModule(module, target)
-    return CompiledModel(program, tuple(schedules), layout, jit, tuple(symbols), profile)
+    abi = entry_abi(program, schedules, layout)
+    used = {name for _, name in abi.constant_slots}
+    used |= {p.copy_of for p in abi.outputs if p.copy_of in program.constants}
+    build = Build(program, tuple(schedules), layout, tuple(symbols))
+    constants = {name: program.constants[name] for name in used}
+    return NativeProgram(module, abi, constants, memory_use(program, schedules, layout), build)
+
+
+def entry_abi(program: Program, schedules: Sequence[KernelSchedule], layout: Layout) -> EntryAbi:
+    """The slots of the entry ``layout`` plans and the model's ports, in ONNX order."""
+    slot = {name: i for i, name in enumerate(layout.slots)}
+    external = set(program.inputs) | set(program.constants)
+
+    def port(name: str, copy: bool) -> Port:
+        buffer = program.buffers[name]
+        copied = name if copy and name in external else None
+        where = None if copied else slot.get(name)
+        return Port(name, buffer.dtype, tuple(buffer.shape), where, copied)
+
+    return EntryAbi(
+        inputs=tuple(port(name, False) for name in program.inputs),
+        outputs=tuple(port(name, True) for name in program.outputs),
+        constant_slots=tuple((slot[n], n) for n in layout.slots if n in program.constants),
+        arena_slot=slot[ARENA],
+        arena_bytes=layout.arena_bytes,
+        kernels=tuple(
+            KernelInfo(s.kernel.name, s.kernel.op_type, multiply_adds(s.kernel)) for s in schedules
+        ),
+        input_offsets=tuple(sorted(program.input_offsets.items())),
+    )
+
+
+def memory_use(program: Program, schedules: Sequence[KernelSchedule], layout: Layout) -> MemoryUse:
+    """The bytes of the arena (and its lower bound) and of the constants."""
+    constants = program.constants
+    copies = {copy for s in schedules for _, copy in s.panels}
+    return MemoryUse(
+        layout.arena_bytes,
+        layout.lower_bound_bytes,
+        sum(array.nbytes for array in constants.values()),
+        sum(constants[name].nbytes for name in copies),
+    )
 
 
 POISON = "POLYONNX_POISON_ARENA"
@@ -167,64 +237,107 @@ class MemoryUse:
     """Copies of GEMM weights packed when compiling (schedule/panels.py)."""
 
 
-@dataclass
-class CompiledModel:
-    """Native code for one Program with fixed shapes. ``run`` is one ctypes call."""
+@dataclass(frozen=True)
+class Build:
+    """What compiling in this process made, beside the native code: absent from a model
+    loaded from the compile cache."""
 
     program: Program
     schedules: tuple[KernelSchedule, ...]
     layout: Layout
-    jit: JitModule
     symbols: tuple[str, ...]
     """Per kernel, the LLVM function it runs (identical kernels share one)."""
+
+
+@dataclass
+class CompiledModel:
+    """Native code for one Program with fixed shapes. ``run`` is one ctypes call."""
+
+    abi: EntryAbi
+    constants: Mapping[str, np.ndarray]
+    jit: JitModule
+    memory_use: MemoryUse
     profiling: bool = False
     """Built with per-kernel timers (see :meth:`kernel_profile`)."""
     tuned: tuple[str, ...] = ()
     """The kernels whose schedules came from tuning records."""
+    build: Build | None = None
+    cached: bool = False
+    """Loaded from the compile cache (runtime/cache.py), not compiled."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
+        abi = self.abi
         self._entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self.jit.address(ENTRY))
-        self._arena = aligned_empty((max(self.layout.arena_bytes, ALIGN),), np.uint8)
+        self._arena = aligned_empty((max(abi.arena_bytes, ALIGN),), np.uint8)
         self._poison = bool(os.environ.get(POISON))
         if self._poison:  # every byte 0xff: NaN in floats, -1 in ints
             self._arena.fill(0xFF)
-        arena_ptr = self._arena.ctypes.data
-        self._slots = (ctypes.c_void_p * len(self.layout.slots))()
-        for i, name in enumerate(self.layout.slots):
-            if name == ARENA:
-                self._slots[i] = arena_ptr
-            elif name in self.program.constants:
-                self._slots[i] = self.program.constants[name].ctypes.data
-        prog = self.program
-        self._inputs = [(i, n) for i, n in enumerate(self.layout.slots) if n in prog.inputs]
+        self._slots = (ctypes.c_void_p * abi.slot_count)()
+        self._slots[abi.arena_slot] = self._arena.ctypes.data
+        for slot, name in abi.constant_slots:
+            self._slots[slot] = self.constants[name].ctypes.data
+        self._inputs = [(p.slot, p.name) for p in abi.inputs if p.slot is not None]
         self._outputs = [
-            (i, n, prog.buffers[n].shape, np.dtype(prog.buffers[n].dtype))
-            for i, n in enumerate(self.layout.slots)
-            if n in prog.outputs and n not in prog.constants and n not in prog.inputs
+            (p.slot, p.name, p.shape, np.dtype(p.dtype))
+            for p in dict((p.name, p) for p in abi.outputs).values()
+            if p.copy_of is None
         ]
         self._kept: dict[str, list[tuple[np.ndarray, int]]] = {
             name: [] for _, name, _, _ in self._outputs
         }
-        computed = {name for _, name, _, _ in self._outputs}
-        self._passed = [name for name in prog.outputs if name not in computed]
+        self._passed = [(p.name, p.copy_of) for p in abi.outputs if p.copy_of is not None]
         """Outputs that are inputs or constants: copied, not computed."""
         self._counters = None
         if self.profiling:
-            words = ctypes.c_int64 * (2 * len(self.schedules))
+            words = ctypes.c_int64 * (2 * len(abi.kernels))
             address = self.jit.global_address(PROFILE_GLOBAL)
             self._counters = np.ctypeslib.as_array(words.from_address(address)).reshape(-1, 2)
 
+    @classmethod
+    def from_entry(cls, entry: Entry, target: Target, profile: bool = False) -> CompiledModel:
+        """A model loaded from the compile cache: its object file and constants, no LLVM
+        optimisation and no Program."""
+        jit = JitModule.from_object(entry.object, target)
+        memory = MemoryUse(**entry.extra["memory"])
+        tuned = tuple(entry.extra["tuned"])
+        return cls(entry.abi, entry.constants, jit, memory, profile, tuned, cached=True)
+
+    def cache_entry(self) -> Entry | None:
+        """What the compile cache keeps of this model; None for constants that no fixed
+        bytes hold (strings)."""
+        if any(array.dtype.kind in "OUS" for array in self.constants.values()):
+            return None
+        extra = {"memory": dataclasses.asdict(self.memory_use), "tuned": list(self.tuned)}
+        return Entry(self.abi, self.jit.object, self.constants, extra)
+
+    @property
+    def program(self) -> Program:
+        return self._build().program
+
+    @property
+    def schedules(self) -> tuple[KernelSchedule, ...]:
+        return self._build().schedules
+
+    @property
+    def layout(self) -> Layout:
+        return self._build().layout
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        return self._build().symbols
+
+    def _build(self) -> Build:
+        if self.build is None:
+            raise PolyonnxError(
+                "this model was loaded from the compile cache: its Program and schedules are "
+                "not kept; compile it with cache=False to inspect them"
+            )
+        return self.build
+
     def memory(self) -> MemoryUse:
         """The bytes of the arena (and its lower bound) and of the constants."""
-        constants = self.program.constants
-        copies = {copy for s in self.schedules for _, copy in s.panels}
-        return MemoryUse(
-            self.layout.arena_bytes,
-            self.layout.lower_bound_bytes,
-            sum(array.nbytes for array in constants.values()),
-            sum(constants[name].nbytes for name in copies),
-        )
+        return self.memory_use
 
     def set_threads(self, count: int) -> None:
         """How many threads the model's parallel loops use (if it has any)."""
@@ -240,14 +353,14 @@ class CompiledModel:
         total = int(nanos.sum())
         return [
             KernelProfile(
-                kernel=schedule.kernel.name,
-                op_type=schedule.kernel.op_type,
+                kernel=kernel.name,
+                op_type=kernel.op_type,
                 seconds=int(ns) * 1e-9,
                 calls=int(count),
                 share=int(ns) / total if total else 0.0,
-                multiply_adds=multiply_adds(schedule.kernel),
+                multiply_adds=kernel.multiply_adds,
             )
-            for schedule, ns, count in zip(self.schedules, nanos, calls, strict=True)
+            for kernel, ns, count in zip(self.abi.kernels, nanos, calls, strict=True)
         ]
 
     def reset_profile(self) -> None:
@@ -274,9 +387,9 @@ class CompiledModel:
             for i, name, shape, dtype in self._outputs:
                 results[name], slots[i] = self._output_array(name, shape, dtype)
             self._entry(slots)
-        for name in self._passed:
-            source = inputs.get(name)
-            results[name] = np.array(source if source is not None else self.program.constants[name])
+        for name, source in self._passed:
+            given = inputs.get(source)
+            results[name] = np.array(given if given is not None else self.constants[source])
         return results
 
     def _output_array(self, name: str, shape, dtype) -> tuple[np.ndarray, int]:

@@ -17,6 +17,8 @@ Every input is validated — name, dtype, rank, shape — before native code run
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,17 +28,19 @@ import numpy as np
 import onnx
 
 from polyonnx.aligned import ALIGN
-from polyonnx.emit.target import Target
+from polyonnx.emit.target import Target, host_target, llvm_version
 from polyonnx.errors import InputError, PolyonnxError, ValueRequiredError
 from polyonnx.frontend.graph import Dim, Graph, Value
 from polyonnx.frontend.load import load_graph, load_model
 from polyonnx.krnl.lower import supported_ops
+from polyonnx.runtime.cache import CompileCache, cache_key, enabled_by_default
 from polyonnx.runtime.compiled import (
     CompiledModel,
     KernelProfile,
     compile_graph,
     compile_program,
 )
+from polyonnx.runtime.library import LibraryModel, is_library
 
 ORT_TYPES = {"float32": "float", "float64": "double"}
 
@@ -66,6 +70,14 @@ def _records(tuning_db, threads: int):
     return Records.load(threads, None if tuning_db in (None, True) else tuning_db)
 
 
+def _compile_cache(cache: bool | str | os.PathLike | None) -> CompileCache | None:
+    if cache is None:
+        cache = enabled_by_default()
+    if cache is False:
+        return None
+    return CompileCache(None if cache is True else cache)
+
+
 def _made_up(dim: Dim) -> bool:
     return isinstance(dim, str) and (dim.startswith("?") or dim.startswith("unk__"))
 
@@ -79,54 +91,122 @@ class InferenceSession:
         target: Target | None = None,
         profile: bool = False,
         tuning_db: str | os.PathLike | bool | None = None,
+        cache: bool | str | os.PathLike | None = None,
     ):
-        """``profile``: time every kernel call (see :meth:`kernel_profile`).
+        """``model``: an ONNX model (path, bytes or proto), a ``polyonnx.Program``, or a
+        library written by ``polyonnx compile`` (``.../libNAME.so``: loaded, not compiled).
+        ``profile``: time every kernel call (see :meth:`kernel_profile`).
         ``tuning_db``: a database of ``polyonnx tune`` whose best records (measured on this
         machine, faster than the default) schedule their kernels; the records shipped with
-        polyonnx for this CPU apply too unless ``tuning_db=False``."""
+        polyonnx for this CPU apply too unless ``tuning_db=False``.
+        ``cache``: keep compiled code on disk and load it instead of compiling again
+        (runtime/cache.py): True, False, or the cache's directory; by default on unless
+        POLYONNX_CACHE=off."""
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         self.threads = threads or os.cpu_count() or 1
         self._target = target
         self._inputs: dict[str, tuple[Value, np.dtype, tuple | None]] | None = None
         self.profiling = bool(profile)
-        self._compiled: dict[tuple, CompiledModel] = {}
-        self.records = _records(tuning_db, self.threads)
-        self._last: CompiledModel | None = None
+        self._compiled: dict[tuple, CompiledModel | LibraryModel] = {}
+        self._last: CompiledModel | LibraryModel | None = None
         """The specialisation that ran last (whose profile ``kernel_profile`` reads)."""
         self._value_inputs: list[str] = []
         """Inputs whose values lowering needs (axes, shapes): compiled per value."""
         self._offset_inputs: list[str] = []
         """Inputs whose code is laid out for where their data starts past a cache line
         (Program.input_offsets): compiled per start met (a one-row MatMul's big B)."""
-        if _is_program(model):  # a polyonnx.Program with scripted schedules
-            self.graph = model.graph
-            self._static = self.graph.is_static
+        self.records = None
+        self._cache = None
+        self._digest: str | None = None
+        if is_library(model):
+            self._open_library(model)
+            return
+        self.records = _records(tuning_db, self.threads)
+        if _is_program(model):  # a polyonnx.Program with scripted schedules: not cached
+            self._set_graph(model.graph)
             self._model = None
             compiled = compile_program(*model.compilable(), target, profile=self.profiling)
             compiled.set_threads(self.threads)
             self._compiled[self._key({})] = compiled
             return
+        self._cache = _compile_cache(cache)
         self._model = load_model(model)
-        self.graph: Graph = load_graph(self._model, supported_ops=supported_ops())
-        self._static = self.graph.is_static
+        self._set_graph(load_graph(self._model, supported_ops=supported_ops()))
         if self._static:
             try:
-                compiled = compile_graph(
-                    self.graph, target, profile=self.profiling, records=self.records
-                )
-                compiled.set_threads(self.threads)
-                self._keep({}, compiled)
+                self._keep({}, self._compile(self.graph, {}))
             except ValueRequiredError as exc:
                 self._value_inputs = list(exc.inputs)
+
+    def _set_graph(self, graph: Graph | None) -> None:
+        self.graph = graph
+        self._static = graph is None or graph.is_static
+        if graph is not None:
+            self._ports = (graph.inputs, graph.outputs)
+
+    def _open_library(self, path) -> None:
+        """Run a library of ``polyonnx compile``: its ports stand for the graph's."""
+        library = LibraryModel(path, self.threads)
+        self._set_graph(None)
+        self._model = None
+        self._ports = tuple(
+            tuple(Value(p.name, p.shape, p.dtype) for p in ports)
+            for ports in (library.inputs, library.outputs)
+        )
+        self._compiled[self._key({})] = library
+
+    def _compile(self, graph: Graph, feed: Mapping[str, np.ndarray]) -> CompiledModel:
+        """Native code for ``graph`` (shapes and values of ``feed``): from the compile
+        cache where it has them, else compiled (and stored there)."""
+        offsets = self._offsets(feed)
+        key = None
+        if self._cache is not None:
+            key = self._cache_key(feed, offsets)
+            entry = self._cache.load(key)
+            if entry is not None:
+                compiled = CompiledModel.from_entry(
+                    entry, self._target or host_target(), self.profiling
+                )
+                compiled.set_threads(self.threads)
+                return compiled
+        compiled = compile_graph(
+            graph, self._target, profile=self.profiling, records=self.records, input_offsets=offsets
+        )
+        compiled.set_threads(self.threads)
+        if key is not None:
+            self._cache.store(key, compiled.cache_entry())
+        return compiled
+
+    def _cache_key(self, feed: Mapping[str, np.ndarray], offsets: Mapping[str, int]) -> str:
+        """Everything that changes the code compiled for ``feed``."""
+        from polyonnx import __version__
+
+        if self._digest is None:
+            self._digest = hashlib.sha256(self._model.SerializeToString()).hexdigest()
+        return cache_key(
+            {
+                "model": self._digest,
+                "shapes": sorted((n, list(a.shape)) for n, a in feed.items()),
+                "values": [
+                    (n, feed[n].dtype.str, feed[n].tobytes().hex()) for n in self._value_inputs
+                ],
+                "offsets": sorted(offsets.items()),
+                "target": dataclasses.asdict(self._target or host_target()),
+                "polyonnx": __version__,
+                "llvm": llvm_version(),
+                "records": self.records.fingerprint() if self.records else None,
+                "profile": self.profiling,
+            }
+        )
 
     # -- onnxruntime's surface -----------------------------------------------------------
 
     def get_inputs(self) -> list[NodeArg]:
-        return [node_arg(v) for v in self.graph.inputs]
+        return [node_arg(v) for v in self._ports[0]]
 
     def get_outputs(self) -> list[NodeArg]:
-        return [node_arg(v) for v in self.graph.outputs]
+        return [node_arg(v) for v in self._ports[1]]
 
     def run(
         self,
@@ -149,6 +229,11 @@ class InferenceSession:
 
     # -- polyonnx ------------------------------------------------------------------------
 
+    @property
+    def input_values(self) -> dict[str, Value]:
+        """Each input's name, shape and dtype (numpy's name), as the model declares it."""
+        return {v.name: v for v in self._ports[0]}
+
     def compiled_for(self, feed: Mapping[str, np.ndarray]) -> CompiledModel:
         """The native code for these input shapes (and values of value inputs), compiled on
         first use and cached."""
@@ -160,15 +245,7 @@ class InferenceSession:
                 self._model, supported_ops=supported_ops(), input_shapes=shapes, input_values=values
             )
             try:
-                compiled = compile_graph(
-                    graph,
-                    self._target,
-                    profile=self.profiling,
-                    records=self.records,
-                    input_offsets=self._offsets(feed),
-                )
-                compiled.set_threads(self.threads)
-                self._keep(feed, compiled)
+                self._keep(feed, self._compile(graph, feed))
                 key = self._key(feed)
             except ValueRequiredError as exc:
                 if set(exc.inputs) <= set(self._value_inputs):
@@ -223,7 +300,7 @@ class InferenceSession:
     def _keep(self, feed: Mapping[str, np.ndarray], compiled: CompiledModel) -> None:
         """Cache ``compiled`` as the specialisation of ``feed``'s shapes (and values) and
         of the input offsets its code is laid out for."""
-        laid_out = dict(compiled.program.input_offsets)
+        laid_out = dict(compiled.abi.input_offsets) if isinstance(compiled, CompiledModel) else {}
         self._offset_inputs += [n for n in laid_out if n not in self._offset_inputs]
         self._compiled[self._key(feed, laid_out)] = compiled
 
@@ -233,13 +310,13 @@ class InferenceSession:
         if self._inputs is None:
             self._inputs = {
                 v.name: (v, np.dtype(v.dtype), tuple(v.shape) if v.is_static else None)
-                for v in self.graph.inputs
+                for v in self._ports[0]
             }
         return self._inputs
 
     @cached_property
     def _output_names(self) -> list[str]:
-        return [v.name for v in self.graph.outputs]
+        return [v.name for v in self._ports[1]]
 
     def validate(self, input_feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Check every input against the model; return C-contiguous arrays."""

@@ -12,6 +12,7 @@ which others there were, and why they were not used.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 from collections.abc import Iterable
@@ -84,6 +85,16 @@ class Records:
             schedules.append(defaults[kernel.name])
         return schedules, used
 
+    def fingerprint(self) -> list:
+        """What identifies the records in force, for the compile cache: the key, and the
+        path, size and modification time of each database's files (a database's
+        write-ahead log too; the shipped files for the shipped records)."""
+        paths = [db.path for db in self.databases if str(db.path) != ":memory:"]
+        paths = [file for p in paths for file in (p, p.with_name(p.name + "-wal"))]
+        if any(str(db.path) == ":memory:" for db in self.databases):
+            paths += shipped_files()
+        return [dataclasses.asdict(self.key), *(_stamp(p) for p in paths)]
+
     def _skip(self, reason: str) -> None:
         if reason not in self.skipped:  # once, however many compiles ask
             self.skipped.append(reason)
@@ -93,6 +104,14 @@ class Records:
         for db in self.databases:
             if db not in (_SHIPPED or []):
                 db.close()
+
+
+def _stamp(path: pathlib.Path) -> tuple[str, int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return (str(path), -1, -1)
+    return (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
 
 def _source(db: Database) -> str:

@@ -1,0 +1,244 @@
+"""A compiled model as a shared library with a C API: ``libNAME.so`` and ``NAME.h``.
+
+The model's module and the worker pool are linked into one object of position-independent
+code, every symbol of it hidden. A C file made for the model (the header, tables of its
+inputs, outputs and constants, and ``capi/runtime.c`` with NAME for PNAME) holds the API;
+the constants are one blob of cache-line-aligned tensors, embedded in the library's
+read-only data (``.incbin``), or for WEIGHTS_FILE_BYTES and more written beside it as
+NAME.weights and mapped at open time. docs/deploy.md documents the API.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import llvmlite.binding as llvm
+import numpy as np
+from llvmlite import ir
+
+from polyonnx.emit.abi import ONNX_TYPES, EntryAbi, Port
+from polyonnx.emit.jit import optimize, target_machine
+from polyonnx.emit.module import ENTRY
+from polyonnx.emit.pool import pool_module
+from polyonnx.emit.target import Target
+from polyonnx.emit.threads import THREADS_GLOBAL
+from polyonnx.emit.toolchain import find_toolchain
+from polyonnx.errors import CodegenError
+
+WEIGHTS_FILE_BYTES = 2**31
+"""Constants of this many bytes or more go to NAME.weights: a relocation in a library's
+code reaches only ±2 GB (POLYONNX_WEIGHTS_FILE_BYTES overrides it, for tests)."""
+ALIGN = 64
+LOCAL = {llvm.Linkage.internal, llvm.Linkage.private}
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+
+
+@dataclass(frozen=True)
+class Library:
+    """What ``write_library`` wrote."""
+
+    library: Path
+    header: Path
+    weights: Path | None
+    """NAME.weights, when the constants are too big to embed."""
+
+
+def write_library(
+    module: ir.Module,
+    abi: EntryAbi,
+    constants: Mapping[str, np.ndarray],
+    target: Target,
+    directory: str | os.PathLike,
+    name: str,
+    default_threads: int = 0,
+) -> Library:
+    """Compile ``module`` for ``target`` and write DIR/libNAME.so and DIR/NAME.h;
+    ``NAME_open(0)`` takes ``default_threads`` threads (0: one per online core)."""
+    if not NAME.match(name):
+        raise CodegenError(f"the library name {name!r} must be a C identifier (letters, digits, _)")
+    _check_ports(abi)
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    toolchain = find_toolchain(target.triple)
+    header_text = header(abi, name)
+    with tempfile.TemporaryDirectory(prefix="polyonnx-aot-") as work:
+        blob, offsets = _weights_blob(abi, constants)
+        to_file = len(blob) >= int(
+            os.environ.get("POLYONNX_WEIGHTS_FILE_BYTES", WEIGHTS_FILE_BYTES)
+        )
+        weights_path = Path(out if to_file else work) / f"{name}.weights"
+        weights_path.write_bytes(blob)
+        obj = Path(work) / f"{name}.o"
+        obj.write_bytes(object_file(module, target))
+        source = Path(work) / f"{name}.c"
+        text = str(module)
+        settings = Settings(
+            offsets, weights_path, to_file, THREADS_GLOBAL in text, max(int(default_threads), 0)
+        )
+        source.write_text(c_source(abi, name, header_text, settings))
+        library = out / f"lib{name}.so"
+        flags = ["-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-Wl,-z,nodelete"]
+        libraries = ["-lm", "-lpthread", *(["-ldl"] if to_file else [])]
+        toolchain.run([*flags, "-o", str(library), source.name, obj.name, *libraries], cwd=work)
+    header_path = out / f"{name}.h"
+    header_path.write_text(header_text)
+    return Library(library, header_path, weights_path if to_file else None)
+
+
+def object_file(module: ir.Module, target: Target) -> bytes:
+    """The module and the worker pool linked, optimised and compiled for ``target`` as
+    position-independent code, every symbol hidden (the C API is the only export)."""
+    try:
+        parsed = llvm.parse_assembly(str(module))
+        parsed.link_in(llvm.parse_assembly(str(pool_module(target.triple, placement=True))))
+        parsed.verify()
+    except RuntimeError as exc:
+        raise CodegenError(f"generated LLVM IR is invalid: {exc}") from exc
+    for symbol in [*parsed.functions, *parsed.global_variables]:
+        if not symbol.is_declaration and symbol.linkage not in LOCAL:
+            symbol.visibility = "hidden"
+    machine = target_machine(target, jit=False)
+    optimize(parsed, machine)
+    return machine.emit_object(parsed)
+
+
+def _check_ports(abi: EntryAbi) -> None:
+    bad = [p for p in (*abi.inputs, *abi.outputs) if p.dtype not in ONNX_TYPES]
+    if bad:
+        listed = ", ".join(f"{p.name!r} ({p.dtype})" for p in bad)
+        raise CodegenError(f"a C API passes tensors of fixed-size elements only; not {listed}")
+
+
+def _weights_blob(abi: EntryAbi, constants: Mapping[str, np.ndarray]) -> tuple[bytes, list[int]]:
+    """Every constant of ``abi.constant_slots`` at an ALIGN-byte offset of one blob."""
+    parts, offsets, at = [], [], 0
+    for _, name in abi.constant_slots:
+        data = np.ascontiguousarray(constants[name]).tobytes()
+        offsets.append(at)
+        pad = -len(data) % ALIGN
+        parts += [data, b"\0" * pad]
+        at += len(data) + pad
+    return b"".join(parts), offsets
+
+
+def header(abi: EntryAbi, name: str) -> str:
+    """NAME.h: the API's declarations and, in a comment, the model's inputs and outputs."""
+    lines = [f"/* {name}: a model compiled by polyonnx. Inputs and outputs, in ONNX order:"]
+    lines += [f" *   input  {i}: {_described(p)}" for i, p in enumerate(abi.inputs)]
+    lines += [f" *   output {i}: {_described(p)}" for i, p in enumerate(abi.outputs)]
+    lines += [" * See docs/deploy.md. */", ""]
+    text = resources.files("polyonnx.emit").joinpath("capi/header.h").read_text()
+    return "\n".join(lines) + text.replace("PNAME", name).replace("PGUARD", name.upper())
+
+
+def _described(port: Port) -> str:
+    return f"{port.name} {port.dtype} {list(port.shape)} (onnx type {ONNX_TYPES[port.dtype]})"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the C API of one library is built."""
+
+    offsets: list[int]
+    """Each constant's offset in the weights blob."""
+    weights: Path
+    to_file: bool
+    """The weights are mapped from ``weights`` at open time, not embedded."""
+    parallel: bool
+    """The module has parallel loops (so a thread-count global)."""
+    default_threads: int
+
+
+def c_source(abi: EntryAbi, name: str, header_text: str, settings: Settings) -> str:
+    """The C file of the model's API: header, tables, then capi/runtime.c for ``name``."""
+    runtime = resources.files("polyonnx.emit").joinpath("capi/runtime.c").read_text()
+    weights = settings.weights
+    defines = {
+        "PNAME_INPUTS": len(abi.inputs),
+        "PNAME_OUTPUTS": len(abi.outputs),
+        "PNAME_CONSTANTS": len(abi.constant_slots),
+        "PNAME_SLOTS": abi.slot_count,
+        "PNAME_ARENA_BYTES": f"{abi.arena_bytes}ULL",
+        "PNAME_PARALLEL": int(settings.parallel),
+        "PNAME_DEFAULT_THREADS": settings.default_threads,
+        "PNAME_WEIGHTS_FILE": int(settings.to_file),
+        "PNAME_WEIGHTS_BYTES": f"{weights.stat().st_size}ULL",
+        "PNAME_WEIGHTS_NAME": _c_string(weights.name),
+        "PNAME_WEIGHTS_PATH": _c_string(str(weights)),
+    }
+    lines = [f"#define {key} {value}" for key, value in defines.items()]
+    body = "\n".join(
+        ["#define _GNU_SOURCE 1", header_text, *lines, *_tables(abi, settings.offsets)]
+    )
+    return (body + "\n" + runtime).replace("PNAME", name)
+
+
+def _tables(abi: EntryAbi, offsets: list[int]) -> list[str]:
+    lines = []
+    for kind, ports in (("input", abi.inputs), ("output", abi.outputs)):
+        indices = range(len(ports))
+        for i, port in enumerate(ports):
+            dims = ", ".join(f"{d}LL" for d in port.shape) or "0"
+            lines.append(f"static const int64_t {kind}_dims_{i}[] = {{{dims}}};")
+        lines += [
+            _array("const char *const", f"{kind}_names", [_c_string(p.name) for p in ports]),
+            _array("const int", f"{kind}_types", [ONNX_TYPES[p.dtype] for p in ports]),
+            _array("const int", f"{kind}_ranks", [len(p.shape) for p in ports]),
+            _array("const int", f"{kind}_itemsizes", [np.dtype(p.dtype).itemsize for p in ports]),
+            _array("const int64_t *const", f"{kind}_dims", [f"{kind}_dims_{i}" for i in indices]),
+        ]  # fmt: skip
+    lines.append(_array("const int", "input_slots", [_slot(p) for p in abi.inputs]))
+    copies = _output_copies(abi)
+    lines += [
+        _array("const int", "output_slots", [slot for slot, _, _ in copies]),
+        _array("const int", "output_copy_kind", [kind for _, kind, _ in copies]),
+        _array("const int", "output_copy_index", [index for _, _, index in copies]),
+        _array("const int", "constant_slots", [slot for slot, _ in abi.constant_slots]),
+        _array("const uint64_t", "constant_offsets", [f"{o}ULL" for o in offsets]),
+    ]
+    return lines
+
+
+def _output_copies(abi: EntryAbi) -> list[tuple[int, int, int]]:
+    """Per output: its slot (-1 if the entry does not write it), and what it is a copy
+    of: 0 nothing, 1 input, 2 constant, 3 an earlier output (a name given twice)."""
+    inputs = [p.name for p in abi.inputs]
+    constants = [name for _, name in abi.constant_slots]
+    first: dict[str, int] = {}
+    rows = []
+    for i, port in enumerate(abi.outputs):
+        if port.name in first:
+            rows.append((-1, 3, first[port.name]))
+        elif port.copy_of in inputs:
+            rows.append((-1, 1, inputs.index(port.copy_of)))
+        elif port.copy_of is not None:
+            rows.append((-1, 2, constants.index(port.copy_of)))
+        else:
+            rows.append((_slot(port), 0, 0))
+        first.setdefault(port.name, i)
+    return rows
+
+
+def _slot(port: Port) -> int:
+    return -1 if port.slot is None else port.slot
+
+
+def _array(ctype: str, name: str, values: list) -> str:
+    items = ", ".join(str(v) for v in values) or "0"
+    return f"static {ctype} {name}[] = {{{items}}};"
+
+
+def _c_string(text: str) -> str:
+    escaped = "".join(
+        chr(c) if 32 <= c < 127 and chr(c) not in '"\\?' else f"\\{c:03o}" for c in text.encode()
+    )
+    return f'"{escaped}"'
+
+
+__all__ = ["ENTRY", "Library", "header", "object_file", "write_library"]

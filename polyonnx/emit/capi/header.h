@@ -1,0 +1,52 @@
+#ifndef PGUARD_POLYONNX_H
+#define PGUARD_POLYONNX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef POLYONNX_STATUS
+#define POLYONNX_STATUS
+/* What PNAME_run returns: 0 on success, else one of these; PNAME_error says more. */
+enum polyonnx_status {
+    POLYONNX_OK = 0,
+    POLYONNX_ERROR_ARGUMENT = 1, /* a NULL pointer or an index out of range */
+    POLYONNX_ERROR_SHAPE = 2,    /* an input's dims differ from the model's */
+    POLYONNX_ERROR_BUFFER = 3,   /* an output buffer too small, or data misaligned */
+    POLYONNX_ERROR_MEMORY = 4
+};
+#endif
+
+typedef struct PNAME_session PNAME_session;
+
+/* A session owns its memory for intermediates; sessions run at once from different
+ * threads. threads < 1: one per online core. NULL on failure: PNAME_error(NULL) says why. */
+PNAME_session *PNAME_open(int threads);
+void PNAME_close(PNAME_session *s);
+
+int PNAME_input_count(void);
+int PNAME_output_count(void);
+const char *PNAME_input_name(int i);
+const char *PNAME_output_name(int i);
+int PNAME_input_type(int i);  /* onnx TensorProto.DataType: 1 float, 7 int64, ... */
+int PNAME_output_type(int i);
+int PNAME_input_rank(int i);
+const int64_t *PNAME_input_dims(int i);  /* -1: a symbolic dim */
+int PNAME_output_rank(int i);
+const int64_t *PNAME_output_dims(int i);
+
+/* Inputs in ONNX order, dense row-major; input_dims[i] gives input i's dims (or
+ * input_dims NULL: as declared). Outputs are written to the caller's buffers of
+ * output_bytes[i] bytes. Nothing is read or written unless every check passes. */
+int PNAME_run(PNAME_session *s, const void *const *inputs, const int64_t *const *input_dims,
+              void *const *outputs, const size_t *output_bytes);
+int PNAME_run_output_dims(PNAME_session *s, int i, int64_t *dims); /* after a run */
+const char *PNAME_error(PNAME_session *s); /* the last error of s; of PNAME_open for NULL */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

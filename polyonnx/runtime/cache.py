@@ -1,0 +1,221 @@
+"""The compile cache: native code and constants of compiled models, on disk.
+
+An entry is one file named by the key of everything that changes the code (the model's
+bytes, input shapes and values, the target CPU and its features, the polyonnx and LLVM
+versions, the tuning records in force, profiling). It holds the object file, the entry's
+ABI and the constants, each at a cache-line offset, and starts with a SHA-256 of the rest:
+a truncated or damaged entry fails the check and is compiled again, never loaded. Entries
+are written to a temporary name and renamed into place, so processes compiling the same
+model at once all succeed. Past the size cap the least recently used entries go.
+
+Where: ``POLYONNX_CACHE_DIR``, else ``$XDG_CACHE_HOME/polyonnx``, else ``~/.cache/polyonnx``.
+``POLYONNX_CACHE=off`` turns it off by default (the tests do); ``POLYONNX_CACHE_BYTES``
+sets the cap (default CAP_BYTES).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import mmap
+import os
+import struct
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from polyonnx.emit.abi import EntryAbi
+
+MAGIC = b"POLYONNX-CACHE\x00\x01"
+SUFFIX = ".entry"
+CAP_BYTES = 4 << 30
+"""A light ResNet-50's entry is about 110 MB (its packed weights): some thirty models."""
+ALIGN = 64
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What one cache entry holds."""
+
+    abi: EntryAbi
+    object: bytes
+    constants: Mapping[str, np.ndarray]
+    extra: Mapping[str, object]
+    """Small JSON data kept beside the code (memory use, tuned kernels)."""
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    directory: Path
+    entries: int
+    bytes: int
+    cap_bytes: int
+
+
+def cache_directory() -> Path:
+    configured = os.environ.get("POLYONNX_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "polyonnx"
+
+
+def enabled_by_default() -> bool:
+    return os.environ.get("POLYONNX_CACHE", "").lower() not in ("off", "0", "false", "no")
+
+
+def cap_bytes() -> int:
+    return int(os.environ.get("POLYONNX_CACHE_BYTES", CAP_BYTES))
+
+
+def cache_key(parts: Mapping[str, object]) -> str:
+    """The key of a compile: SHA-256 of its parts as canonical JSON."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class CompileCache:
+    """Entries under ``directory``, capped at ``cap`` bytes in all."""
+
+    def __init__(self, directory: str | os.PathLike | None = None, cap: int | None = None):
+        self.directory = Path(directory) if directory is not None else cache_directory()
+        self.cap = cap_bytes() if cap is None else cap
+
+    def path(self, key: str) -> Path:
+        return self.directory / f"{key}{SUFFIX}"
+
+    def load(self, key: str) -> Entry | None:
+        """The entry of ``key``, or None if there is none or it fails its checksum (then
+        it is removed)."""
+        path = self.path(key)
+        try:
+            entry = _read(path)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, struct.error):
+            path.unlink(missing_ok=True)
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # recently used: the last to be evicted
+        return entry
+
+    def store(self, key: str, entry: Entry | None) -> Path | None:
+        """Write ``entry`` atomically, then evict past the cap; None if there is nothing
+        to store or the directory cannot be written (the cache then just does not help)."""
+        if entry is None:
+            return None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, temp = tempfile.mkstemp(prefix=".tmp-", dir=self.directory)
+            with os.fdopen(fd, "wb") as f:
+                f.write(_serialise(entry))
+            os.replace(temp, self.path(key))
+        except OSError:
+            return None
+        self.evict()
+        return self.path(key)
+
+    def entries(self) -> list[Path]:
+        try:
+            return [p for p in self.directory.iterdir() if p.suffix == SUFFIX]
+        except FileNotFoundError:
+            return []
+
+    def evict(self) -> None:
+        """Remove least recently used entries until the rest fit the cap."""
+        stats = []
+        for path in self.entries():
+            try:
+                stats.append((path.stat().st_mtime_ns, path.stat().st_size, path))
+            except FileNotFoundError:
+                continue
+        total = sum(size for _, size, _ in stats)
+        for _, size, path in sorted(stats):
+            if total <= self.cap:
+                break
+            path.unlink(missing_ok=True)
+            total -= size
+
+    def info(self) -> CacheInfo:
+        sizes = []
+        for path in self.entries():
+            try:
+                sizes.append(path.stat().st_size)
+            except FileNotFoundError:
+                continue
+        return CacheInfo(self.directory, len(sizes), sum(sizes), self.cap)
+
+    def clear(self) -> int:
+        """Remove every entry (and stale temporary files); how many entries went."""
+        removed = 0
+        for path in self.entries():
+            path.unlink(missing_ok=True)
+            removed += 1
+        if self.directory.is_dir():
+            for temp in self.directory.glob(".tmp-*"):
+                temp.unlink(missing_ok=True)
+        return removed
+
+
+def _serialise(entry: Entry) -> bytes:
+    """MAGIC, SHA-256 of what follows, header length, JSON header, then the object file and
+    the constants, each starting on an ALIGN-byte offset of the file."""
+    parts: list[bytes] = []
+    layout: dict[str, list] = {}
+    at = 0
+
+    def place(data: bytes) -> int:
+        nonlocal at
+        start = at
+        parts.append(data)
+        pad = -len(data) % ALIGN
+        parts.append(b"\0" * pad)
+        at += len(data) + pad
+        return start
+
+    object_at = place(entry.object)
+    for name, array in entry.constants.items():
+        array = np.ascontiguousarray(array)
+        layout[name] = [place(array.tobytes()), array.dtype.name, list(array.shape)]
+    header = {
+        "abi": json.loads(entry.abi.to_json()),
+        "object": [object_at, len(entry.object)],
+        "constants": layout,
+        "extra": dict(entry.extra),
+    }
+    head = json.dumps(header).encode()
+    start = len(MAGIC) + 32 + 8 + len(head)
+    pad = -start % ALIGN
+    body = struct.pack("<Q", len(head) + pad) + head + b" " * pad + b"".join(parts)
+    return MAGIC + hashlib.sha256(body).digest() + body
+
+
+def _read(path: Path) -> Entry:
+    """Map ``path`` and check it; constants are read-only views of the mapping."""
+    with open(path, "rb") as f:
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    view = memoryview(data)
+    head_at = len(MAGIC) + 32
+    if len(data) < head_at + 8 or view[: len(MAGIC)] != MAGIC:
+        raise ValueError("not a polyonnx cache entry")
+    if hashlib.sha256(view[head_at:]).digest() != view[len(MAGIC) : head_at]:
+        raise ValueError("checksum mismatch")
+    (head_bytes,) = struct.unpack_from("<Q", data, head_at)
+    payload = head_at + 8 + head_bytes
+    header = json.loads(bytes(view[head_at + 8 : payload]))
+    object_at, object_bytes = header["object"]
+    constants = {}
+    for name, (at, dtype, shape) in header["constants"].items():
+        count = int(np.prod(shape, dtype=np.int64))
+        array = np.frombuffer(data, dtype=np.dtype(dtype), count=count, offset=payload + at)
+        constants[name] = array.reshape(shape)
+    return Entry(
+        abi=EntryAbi.from_json(json.dumps(header["abi"])),
+        object=bytes(view[payload + object_at : payload + object_at + object_bytes]),
+        constants=constants,
+        extra=header["extra"],
+    )
