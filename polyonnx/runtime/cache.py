@@ -97,7 +97,8 @@ class CompileCache:
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, struct.error):
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # recently used: the last to be evicted
