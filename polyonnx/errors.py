@@ -59,3 +59,7 @@ class CodegenError(PolyonnxError):
 
 class TuningError(PolyonnxError):
     """The tuner could not run or its database is unusable."""
+
+
+class TargetError(PolyonnxError):
+    """The target triple or CPU is unknown to LLVM or not one polyonnx generates code for."""

@@ -317,7 +317,9 @@ class _Gemm(TapLoops, Packing):
         ``(j // NR) * KC * NR + k * NR + j % NR``, so that the micro-kernel reads B
         contiguously, a line or two per k, and not one line a page apart per k."""
         module = b.module
-        self.fma = intrinsic(module, f"llvm.fma.v{lanes}f32", self.vec, [self.vec] * 3)
+        self.fma = intrinsic(
+            module, f"llvm.{multiply_add(module)}.v{lanes}f32", self.vec, [self.vec] * 3
+        )
         self.mload = intrinsic(
             module, f"llvm.masked.load.v{lanes}f32.p0", self.vec, [PTR, I32, self.mask_t, self.vec]
         )
@@ -789,3 +791,14 @@ class _Gemm(TapLoops, Packing):
             av = splat(b, scalar, self.w)
             out.append([b.call(self.fma, [av, bv[v], acc[r][v]]) for v in range(self.nv)])
         return out
+
+
+def multiply_add(module: ir.Module) -> str:
+    """The micro-kernel's multiply-add intrinsic: ``fma``, but ``fmuladd`` on an x86
+    target without FMA (x86-64's SSE2 baseline), where llvm.fma becomes a call of libm's
+    fmaf a lane and llvm.fmuladd a multiply and an add (emit/module.py records the
+    target's features on the module)."""
+    features = getattr(module, "cpu_features", None)
+    if features is None or not module.triple.startswith("x86_64"):
+        return "fma"
+    return "fma" if "+fma" in features.split(",") else "fmuladd"

@@ -33,18 +33,26 @@ from polyonnx.schedule.ukernel import ukernel_schedule
 
 
 def default_schedule(
-    kernel: Kernel, buffers: Mapping[str, Buffer], lanes: int | None = None
+    kernel: Kernel,
+    buffers: Mapping[str, Buffer],
+    lanes: int | None = None,
+    registers: int | None = None,
 ) -> KernelSchedule:
-    """For ``lanes`` float32 SIMD lanes (the host's when not given): a contraction as
-    packed GEMM (schedule/ukernel.py), a depthwise convolution in SIMD row blocks
+    """For ``lanes`` float32 SIMD lanes and ``registers`` vector registers (the host's
+    when neither is given; given ``lanes`` alone, x86's registers of that width:
+    gemm_defaults.py's vector_registers): a contraction as packed GEMM
+    (schedule/ukernel.py), a depthwise convolution in SIMD row blocks
     (schedule/depthwise.py), or register-blocked (schedule/blocking.py); a copy that
     turns rows in tiles transposed in registers (schedule/transpose.py); a row-wise kernel
     fused per row (schedule/rows.py); a pooling window around SIMD rows
     (schedule/stencil.py); otherwise each statement in its own default loop nest
     (schedule/nest.py). Big kernels of the last three kinds also run their outermost loop
     on threads."""
-    lanes = lanes or host_target().lanes(4)
-    gemm = ukernel_schedule(kernel, buffers, lambda geo: _gemm_params(geo, lanes))
+    if lanes is None:
+        host = host_target()
+        lanes, registers = host.lanes(4), registers or host.vector_registers
+    registers = registers or vector_registers(lanes)
+    gemm = ukernel_schedule(kernel, buffers, lambda geo: _gemm_params(geo, lanes, registers))
     if gemm is not None:  # its other statements (a strided Conv's phase copy) on threads
         return _with_threads(gemm)
     depthwise = depthwise_schedule(kernel, buffers, lanes)  # threads: its own
@@ -210,10 +218,10 @@ each far below that. Measured 2 threads, light models to onnxruntime, one proces
 0.729, AlexNet 0.774 -> 0.746, SqueezeNet 0.971 -> 0.966."""
 
 
-def _gemm_params(geo: Geometry, lanes: int) -> Params | None:
+def _gemm_params(geo: Geometry, lanes: int, registers: int) -> Params | None:
     if not worth_it(geo, lanes):
         return None
-    return default_params(geo, lanes, vector_registers(lanes))
+    return default_params(geo, lanes, registers)
 
 
 def _work(stmt: Statement) -> int:

@@ -10,9 +10,24 @@ from polyonnx.schedule.gemm_taps import b_row_stride, b_taps
 
 
 def vector_registers(lanes: int) -> int:
-    """Architectural vector registers of a float32 SIMD width: AVX-512 has 32, AVX2 and
-    SSE 16."""
+    """Architectural vector registers of an x86 float32 SIMD width, for callers that know
+    only the width: AVX-512 has 32, AVX2 and SSE 16. (aarch64's NEON has 32 of 4 lanes:
+    emit/target.py's Target.vector_registers knows the architecture.)"""
     return 32 if lanes >= 16 else 16
+
+
+def tile_vectors(lanes: int, registers: int) -> int:
+    """The B vectors across the default register tile: 2 (AVX-512's 8 x 32, AVX2's
+    6 x 16), or NEON_VECTORS where 32 registers hold 4 lanes each."""
+    return NEON_VECTORS if registers >= 32 and lanes < 16 else 2
+
+
+NEON_VECTORS = 3
+"""aarch64's NEON has 32 registers of 4 floats: an 8 x 12 tile keeps 24 accumulators,
+3 B vectors and the broadcasts of A in them (BLIS's ARMv8 SGEMM kernel is 8 x 12 too);
+8 x 16 would need 32 accumulators alone, and 8 x 8 leaves a third of the registers idle.
+Its K blocks are KC, not AVX512_KC: the 8 x 12 tile's B micro-panel (24 KB at 512)
+stays in a 32 KB L1. Not measured: chosen from the register count."""
 
 
 def worth_it(geo: Geometry, lanes: int) -> bool:
@@ -29,10 +44,10 @@ def default_params(geo: Geometry, lanes: int, registers: int) -> Params:
         mr = 6  # 34 rows: 6 tiles of 6 (36 rows computed), not 5 of 8 (40)
     if registers < 32 and mr == 6 and round_up(geo.m, 6) >= AVX2_ROW_WASTE * round_up(geo.m, 4):
         mr = 4  # 8 rows: 2 tiles of 4, not 2 of 6 (12 rows computed)
-    nr = 2 * lanes
+    nr = tile_vectors(lanes, registers) * lanes
     if registers >= 32 and NARROW_VECTORS * lanes <= geo.n < (NARROW_VECTORS + 1) * lanes:
         nr = NARROW_VECTORS * lanes
-    kc = _even(geo.k, KC if registers < 32 else AVX512_KC, 32)
+    kc = _even(geo.k, AVX512_KC if registers >= 32 and lanes >= 16 else KC, 32)
     taps = b_taps(geo)
     if taps is not None:  # a padded 3x3 to 7x7 Conv: its input in place, no im2col
         packb, kc = 0, _even(geo.k, TAPS_KC, taps.count)  # the tile: see TAPS_KC

@@ -149,7 +149,10 @@ class Schedule:
         "cols": how threads share one GEMM). Unnamed parameters take the default's values.
         Precondition: one statement is a float32 contraction whose left operand is
         contiguous along the reduction, and its loops are still untransformed."""
-        state = ukernel_state(self.state, self.buffers, params, host_target().lanes(4))
+        host = host_target()
+        state = ukernel_state(
+            self.state, self.buffers, params, host.lanes(4), host.vector_registers
+        )
         self._commit(state, "ukernel", "", {"params": dict(params)})
 
     def default(self) -> None:
@@ -157,7 +160,7 @@ class Schedule:
         gets: packed GEMM, row fusion, stencil or plain nests, with their threads), so
         that later steps refine it. The tuner's candidates for kernels that are not GEMMs
         begin with this step."""
-        chosen = default_schedule(self.kernel, self.buffers, host_target().lanes(4))
+        chosen = default_schedule(self.kernel, self.buffers)  # the host's
         if chosen.state is None:
             raise ScheduleError(f"default(): kernel {self.kernel.name!r} has no default state")
         self._commit(chosen.state, "default", "", {})

@@ -64,10 +64,15 @@ def _threads_over_batches(state: State, geo: Geometry, params: Params) -> State:
 
 
 def ukernel_state(
-    state: State, buffers: Mapping[str, Buffer], given: Mapping[str, object], lanes: int
+    state: State,
+    buffers: Mapping[str, Buffer],
+    given: Mapping[str, object],
+    lanes: int,
+    registers: int | None = None,
 ) -> State:
     """The schedule primitive: ``state`` with its contraction run by the micro-kernel with
-    the ``given`` parameters (the rest from the default); ScheduleError saying why not."""
+    the ``given`` parameters (the rest from the default for ``lanes`` and ``registers``,
+    by default x86's of that width); ScheduleError saying why not."""
     found = [(s, geometry(s, buffers)) for s in state.kernel.statements]
     found = [(s, g) for s, g in found if g is not None]
     if len(found) != 1:
@@ -85,7 +90,8 @@ def ukernel_state(
     unknown = set(given) - {f.name for f in fields(Params)}
     if unknown:
         raise ScheduleError(f"ukernel: unknown parameters {sorted(unknown)}")
-    params = replace(default_params(geo, lanes, vector_registers(lanes)), **given)
+    registers = registers or vector_registers(lanes)
+    params = replace(default_params(geo, lanes, registers), **given)
     _check(params, lanes, geo)
     result = with_ukernel(state, stmt.name, geo, params, buffers)
     if result is None:
