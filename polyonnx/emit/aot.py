@@ -1,8 +1,9 @@
 """A compiled model as a shared library with a C API: ``libNAME.so`` and ``NAME.h``.
 
-The model's module and the worker pool are linked into one object of position-independent
-code, every symbol of it hidden. A C file made for the model (the header, tables of its
-inputs, outputs and constants, and ``capi/runtime.c`` with NAME for PNAME) holds the API;
+The model's modules (emit/objects.py) and the worker pool are compiled to objects of
+position-independent code, every symbol of them hidden. A C file made for the model
+(the header, tables of its inputs, outputs and constants, and ``capi/runtime.c`` with
+NAME for PNAME) holds the API;
 the constants are one blob of cache-line-aligned tensors, embedded in the library's
 read-only data (``.incbin``), or for WEIGHTS_FILE_BYTES and more written beside it as
 NAME.weights and mapped at open time. docs/deploy.md documents the API.
@@ -18,16 +19,13 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import llvmlite.binding as llvm
 import numpy as np
-from llvmlite import ir
 
 from polyonnx.emit.abi import ONNX_TYPES, EntryAbi, Port
-from polyonnx.emit.jit import optimize, target_machine
-from polyonnx.emit.module import ENTRY
+from polyonnx.emit.module import ModulePlan
+from polyonnx.emit.objects import compile_ir, compile_objects
 from polyonnx.emit.pool import pool_module
 from polyonnx.emit.target import Target
-from polyonnx.emit.threads import THREADS_GLOBAL
 from polyonnx.emit.toolchain import find_toolchain
 from polyonnx.errors import CodegenError
 
@@ -35,7 +33,6 @@ WEIGHTS_FILE_BYTES = 2**31
 """Constants of this many bytes or more go to NAME.weights: a relocation in a library's
 code reaches only ±2 GB (POLYONNX_WEIGHTS_FILE_BYTES overrides it, for tests)."""
 ALIGN = 64
-LOCAL = {llvm.Linkage.internal, llvm.Linkage.private}
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 
 
@@ -50,62 +47,61 @@ class Library:
 
 
 def write_library(
-    module: ir.Module,
-    abi: EntryAbi,
-    constants: Mapping[str, np.ndarray],
+    native: NativeModel,
     target: Target,
     directory: str | os.PathLike,
     name: str,
     default_threads: int = 0,
 ) -> Library:
-    """Compile ``module`` for ``target`` and write DIR/libNAME.so and DIR/NAME.h;
+    """Compile ``native`` for ``target`` and write DIR/libNAME.so and DIR/NAME.h;
     ``NAME_open(0)`` takes ``default_threads`` threads (0: one per online core)."""
     if not NAME.match(name):
         raise CodegenError(f"the library name {name!r} must be a C identifier (letters, digits, _)")
+    abi = native.abi
     _check_ports(abi)
-    out = Path(directory)
+    out = Path(directory).resolve()
     out.mkdir(parents=True, exist_ok=True)
     toolchain = find_toolchain(target.triple)
     header_text = header(abi, name)
+    objects = object_files(native, target)
     with tempfile.TemporaryDirectory(prefix="polyonnx-aot-") as work:
-        blob, offsets = _weights_blob(abi, constants)
-        to_file = len(blob) >= int(
-            os.environ.get("POLYONNX_WEIGHTS_FILE_BYTES", WEIGHTS_FILE_BYTES)
-        )
+        blob, offsets = _weights_blob(abi, native.constants)
+        limit = int(os.environ.get("POLYONNX_WEIGHTS_FILE_BYTES", WEIGHTS_FILE_BYTES))
+        to_file = len(blob) >= limit
         weights_path = Path(out if to_file else work) / f"{name}.weights"
         weights_path.write_bytes(blob)
-        obj = Path(work) / f"{name}.o"
-        obj.write_bytes(object_file(module, target))
-        source = Path(work) / f"{name}.c"
-        text = str(module)
-        settings = Settings(
-            offsets, weights_path, to_file, THREADS_GLOBAL in text, max(int(default_threads), 0)
-        )
-        source.write_text(c_source(abi, name, header_text, settings))
+        names = [f"{name}{i}.o" for i, _ in enumerate(objects)]
+        for file, data in zip(names, objects, strict=True):
+            (Path(work) / file).write_bytes(data)
+        settings = Settings(offsets, weights_path, to_file, max(int(default_threads), 0))
+        (Path(work) / f"{name}.c").write_text(c_source(abi, name, header_text, settings))
         library = out / f"lib{name}.so"
         flags = ["-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-Wl,-z,nodelete"]
         libraries = ["-lm", "-lpthread", *(["-ldl"] if to_file else [])]
-        toolchain.run([*flags, "-o", str(library), source.name, obj.name, *libraries], cwd=work)
+        arguments = [*flags, "-o", str(library), f"{name}.c", *names, *libraries]
+        toolchain.run(arguments, cwd=work)
     header_path = out / f"{name}.h"
     header_path.write_text(header_text)
     return Library(library, header_path, weights_path if to_file else None)
 
 
-def object_file(module: ir.Module, target: Target) -> bytes:
-    """The module and the worker pool linked, optimised and compiled for ``target`` as
+@dataclass(frozen=True)
+class NativeModel:
+    """What a library is built from: the model's modules, its entry's ABI and constants."""
+
+    plan: ModulePlan
+    buffers: Mapping[str, object]
+    abi: EntryAbi
+    constants: Mapping[str, np.ndarray]
+
+
+def object_files(native: NativeModel, target: Target) -> list[bytes]:
+    """The model's modules and the worker pool, compiled for ``target`` as
     position-independent code, every symbol hidden (the C API is the only export)."""
-    try:
-        parsed = llvm.parse_assembly(str(module))
-        parsed.link_in(llvm.parse_assembly(str(pool_module(target.triple, placement=True))))
-        parsed.verify()
-    except RuntimeError as exc:
-        raise CodegenError(f"generated LLVM IR is invalid: {exc}") from exc
-    for symbol in [*parsed.functions, *parsed.global_variables]:
-        if not symbol.is_declaration and symbol.linkage not in LOCAL:
-            symbol.visibility = "hidden"
-    machine = target_machine(target, jit=False)
-    optimize(parsed, machine)
-    return machine.emit_object(parsed)
+    plan = native.plan
+    compiled = compile_objects(plan.entry, plan.jobs, native.buffers, target, pic=True)
+    pool = compile_ir(str(pool_module(target.triple, placement=True)), target, pic=True)
+    return [*compiled.objects, pool]
 
 
 def _check_ports(abi: EntryAbi) -> None:
@@ -150,8 +146,6 @@ class Settings:
     weights: Path
     to_file: bool
     """The weights are mapped from ``weights`` at open time, not embedded."""
-    parallel: bool
-    """The module has parallel loops (so a thread-count global)."""
     default_threads: int
 
 
@@ -165,7 +159,6 @@ def c_source(abi: EntryAbi, name: str, header_text: str, settings: Settings) -> 
         "PNAME_CONSTANTS": len(abi.constant_slots),
         "PNAME_SLOTS": abi.slot_count,
         "PNAME_ARENA_BYTES": f"{abi.arena_bytes}ULL",
-        "PNAME_PARALLEL": int(settings.parallel),
         "PNAME_DEFAULT_THREADS": settings.default_threads,
         "PNAME_WEIGHTS_FILE": int(settings.to_file),
         "PNAME_WEIGHTS_BYTES": f"{weights.stat().st_size}ULL",
@@ -239,6 +232,3 @@ def _c_string(text: str) -> str:
         chr(c) if 32 <= c < 127 and chr(c) not in '"\\?' else f"\\{c:03o}" for c in text.encode()
     )
     return f'"{escaped}"'
-
-
-__all__ = ["ENTRY", "Library", "header", "object_file", "write_library"]

@@ -28,7 +28,7 @@ def fma_peak_gflops(target: Target, trials: int = 5, flops: float = 4e8) -> floa
     """The best of ``trials`` timings of ``flops`` fp32 flops of independent vector FMAs on
     the calling thread, in GFLOP/s."""
     lanes = target.lanes(4)
-    jit = JitModule(_module(target, lanes), target)
+    jit = JitModule.from_module(_module(target, lanes), target)
     kind = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float)
     run = kind(jit.address("fma_loop"))
     steps = max(int(flops / (2 * lanes * ACCUMULATORS)), 1)

@@ -1,6 +1,9 @@
-"""Optimise an LLVM module for the target at O3 and JIT-compile it in process."""
+"""Load a model's object files into this process (MCJIT links them), and the LLVM
+machine and optimisation pipeline every compile uses."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -25,43 +28,45 @@ def _pipeline_options():
 
 
 class JitModule:
-    """Compiled code in this process; keeps the execution engine (and so the code) alive.
+    """Object files loaded into this process; keeps the execution engine (and so the
+    code) alive. ``sources``: the IR they were compiled from, where known (not for code
+    from the compile cache)."""
 
-    Built from IR, the module is optimised and compiled to an object file (``object``),
-    which is then loaded: the same bytes the compile cache stores, and that
-    :meth:`from_object` loads again in another process without LLVM's optimiser."""
-
-    def __init__(self, module: ir.Module, target: Target, opt: int = 3):
-        self.source = str(module)
-        try:
-            parsed = llvm.parse_assembly(self.source)
-            parsed.verify()
-        except RuntimeError as exc:
-            raise CodegenError(f"generated LLVM IR is invalid: {exc}") from exc
-        machine = target_machine(target, opt)
-        optimize(parsed, machine)
-        self._parsed = parsed
-        self._machine = machine
-        self.object = machine.emit_object(parsed)
-        self._engine = _load(self.object, machine, calls_pool(self.source))
+    def __init__(self, objects: Sequence[bytes], target: Target, sources: Sequence[str] = ()):
+        self.objects = tuple(bytes(obj) for obj in objects)
+        self.sources = tuple(sources)
+        self._target = target
+        self._machine = target_machine(target)
+        if self.sources:
+            pool = any(calls_pool(text) for text in self.sources)
+        else:
+            pool = any(POOL_RUN.encode() in obj for obj in self.objects)
+        self._engine = _load(self.objects, self._machine, pool)
 
     @classmethod
-    def from_object(cls, data: bytes, target: Target, opt: int = 3) -> JitModule:
-        """Load an object file this class compiled before (for the same target)."""
-        self = cls.__new__(cls)
-        self.source = None
-        self._parsed = None
-        self._machine = target_machine(target, opt)
-        self.object = bytes(data)
-        self._engine = _load(self.object, self._machine, POOL_RUN.encode() in self.object)
-        return self
+    def from_module(cls, module: ir.Module, target: Target) -> JitModule:
+        """Compile one module and load it."""
+        from polyonnx.emit.objects import compile_ir
+
+        text = str(module)
+        return cls([compile_ir(text, target, pic=False)], target, [text])
+
+    @property
+    def source(self) -> str | None:
+        """The IR of every module, one after another."""
+        return "\n".join(self.sources) if self.sources else None
 
     @property
     def optimized(self) -> str:
-        """The optimised IR (not kept for code loaded from an object file)."""
-        if self._parsed is None:
-            raise CodegenError("code loaded from an object file has no IR to show")
-        return str(self._parsed)
+        """The optimised IR of every module (optimised again: it is not kept)."""
+        if not self.sources:
+            raise CodegenError("code loaded from the compile cache has no IR to show")
+        return "\n".join(str(self._optimized(text)) for text in self.sources)
+
+    def _optimized(self, text: str) -> llvm.ModuleRef:
+        module = llvm.parse_assembly(text)
+        optimize(module, self._machine)
+        return module
 
     def address(self, name: str) -> int:
         addr = self._engine.get_function_address(name)
@@ -71,12 +76,16 @@ class JitModule:
 
     def global_address(self, name: str) -> int | None:
         """The address of a global variable of the module, if it has one."""
-        if name.encode() not in self.object:
+        if not any(name.encode() in obj for obj in self.objects):
             return None
         return self._engine.get_global_value_address(name) or None
 
     def assembly(self) -> str:
-        return self._machine.emit_assembly(llvm.parse_assembly(self.optimized))
+        if not self.sources:
+            raise CodegenError("code loaded from the compile cache has no IR to show")
+        return "\n".join(
+            self._machine.emit_assembly(self._optimized(text)) for text in self.sources
+        )
 
 
 def target_machine(target: Target, opt: int = 3, *, jit: bool = True) -> llvm.TargetMachine:
@@ -95,14 +104,18 @@ def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine) -> None:
     builder.getModulePassManager().run(module, builder)
 
 
-def _load(data: bytes, machine: llvm.TargetMachine, pool: bool) -> llvm.ExecutionEngine:
-    """An execution engine holding the object file ``data``, its symbols resolved: the
-    worker pool's where it calls it (``pool``), and the profiling clock's."""
+def _load(
+    objects: Sequence[bytes], machine: llvm.TargetMachine, pool: bool
+) -> llvm.ExecutionEngine:
+    """An execution engine holding the object files, their symbols resolved across them
+    and to the worker pool's (``pool``: they call it) and the profiling clock's."""
     if pool:
         pool_runtime()
-    if CLOCK_GETTIME.encode() in data and not register_profile_symbols():
+    clock = any(CLOCK_GETTIME.encode() in obj for obj in objects)
+    if clock and not register_profile_symbols():
         raise CodegenError("profiling needs clock_gettime(CLOCK_MONOTONIC) from the C library")
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
-    engine.add_object_file(llvm.ObjectFileRef.from_data(data))
+    for data in objects:
+        engine.add_object_file(llvm.ObjectFileRef.from_data(data))
     engine.finalize_object()
     return engine

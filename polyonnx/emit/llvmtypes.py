@@ -46,14 +46,27 @@ def constant(dtype: str, value: float | int | bool, lanes: int = 1) -> ir.Consta
 
 
 def splat(builder: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
+    """``value`` in every lane. Its constants are written as ``undef`` and
+    ``zeroinitializer``, not lane by lane: splats were 44% of a model's IR text, which
+    LLVM then parsed (docs/measurements.md)."""
     if lanes == 1:
         return value
     vec_t = ir.VectorType(value.type, lanes)
-    one = builder.insert_element(
-        ir.Constant(vec_t, ir.Undefined), value, ir.Constant(ir.IntType(32), 0)
-    )
-    mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
-    return builder.shuffle_vector(one, ir.Constant(vec_t, ir.Undefined), mask)
+    undef = _Short(vec_t, ir.Undefined, "undef")
+    one = builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0))
+    mask = _Short(ir.VectorType(ir.IntType(32), lanes), [0] * lanes, "zeroinitializer")
+    return builder.shuffle_vector(one, undef, mask)
+
+
+class _Short(ir.Constant):
+    """A vector constant that LLVM reads the same either way, written in one word."""
+
+    def __init__(self, typ: ir.Type, constant, text: str):
+        super().__init__(typ, constant)
+        self.text = text
+
+    def get_reference(self) -> str:
+        return self.text
 
 
 def lanes_of(value: ir.Value) -> int:

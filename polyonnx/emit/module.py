@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 
 import llvmlite.binding as llvm
@@ -22,6 +23,7 @@ from llvmlite import ir
 from polyonnx.emit.codegen import emit_kernel
 from polyonnx.emit.llvmtypes import I64, PTR
 from polyonnx.emit.target import Target
+from polyonnx.emit.threads import THREADS_GLOBAL
 from polyonnx.krnl.canon import structural_key
 from polyonnx.krnl.ir import Buffer
 from polyonnx.schedule.tree import KernelSchedule
@@ -38,6 +40,81 @@ def kernel_symbol(index: int, name: str) -> str:
     return f"k{index}_{clean}"
 
 
+@dataclass(frozen=True)
+class KernelJob:
+    """One function to emit: a kernel's code under ``symbol``."""
+
+    symbol: str
+    schedule: KernelSchedule
+
+
+@dataclass(frozen=True)
+class ModulePlan:
+    """A model as LLVM modules: the entry module, which calls the kernels through
+    declarations and defines THREADS_GLOBAL, and one job per distinct kernel function."""
+
+    entry: ir.Module
+    jobs: tuple[KernelJob, ...]
+    symbols: tuple[str, ...]
+    """Per kernel, the symbol of the function it calls."""
+
+
+def kernel_jobs(
+    schedules: Sequence[KernelSchedule], buffers: Mapping[str, Buffer]
+) -> tuple[list[KernelJob], list[str]]:
+    """One job per structurally distinct kernel (same statements, shapes, dtypes and
+    schedule; other tensors: one function), and per kernel the symbol it calls."""
+    first: dict[str, KernelJob] = {}
+    symbols = []
+    for i, s in enumerate(schedules):
+        key = structural_key(s.kernel, buffers, s.tree + f"panels{len(s.panels)}")
+        if key not in first:
+            first[key] = KernelJob(kernel_symbol(i, s.kernel.name), s)
+        symbols.append(first[key].symbol)
+    return list(first.values()), symbols
+
+
+def plan_modules(
+    schedules: Sequence[KernelSchedule],
+    buffers: Mapping[str, Buffer],
+    places: Mapping[str, tuple[int, int]],
+    target: Target,
+    *,
+    profile: bool = False,
+) -> ModulePlan:
+    """``places`` maps each buffer to (slot index, byte offset). The kernels' modules are
+    made from the jobs by :func:`kernel_module`, anywhere (emit/objects.py compiles them
+    in parallel). With ``profile``, the entry times every kernel call into
+    :data:`PROFILE_GLOBAL` (the JIT then needs :func:`register_profile_symbols`)."""
+    jobs, symbols = kernel_jobs(schedules, buffers)
+    module = _new_module("polyonnx", target)
+    threads = ir.GlobalVariable(module, I32, THREADS_GLOBAL)
+    threads.initializer = ir.Constant(I32, 1)
+    signature = {job.symbol: len(job.schedule.buffers()) for job in jobs}
+    functions = {
+        name: ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * count), name)
+        for name, count in signature.items()
+    }
+    calls = [functions[symbol] for symbol in symbols]
+    _define_entry(module, schedules, calls, places, profile)
+    return ModulePlan(module, tuple(jobs), tuple(symbols))
+
+
+def kernel_module(job: KernelJob, buffers: Mapping[str, Buffer], target: Target) -> ir.Module:
+    """The module of one kernel function: every other symbol it defines is internal, and
+    THREADS_GLOBAL is the entry module's."""
+    module = _new_module(job.symbol, target)
+    emit_kernel(module, job.symbol, job.schedule, buffers, target.lanes(4))
+    for value in module.globals.values():
+        if value.name == job.symbol or _declaration(value):
+            continue
+        if value.name == THREADS_GLOBAL:
+            value.initializer = None  # external: defined once, by the entry module
+        else:
+            value.linkage = "internal"
+    return module
+
+
 def emit_module(
     schedules: Sequence[KernelSchedule],
     buffers: Mapping[str, Buffer],
@@ -46,28 +123,45 @@ def emit_module(
     *,
     profile: bool = False,
 ) -> tuple[ir.Module, list[str]]:
-    """``places`` maps each buffer to (slot index, byte offset). Returns the module and,
-    per kernel, the symbol of the function it calls: structurally identical kernels (same
-    statements, shapes, dtypes and schedule; other tensors) share one function. With
-    ``profile``, the entry times every kernel call into :data:`PROFILE_GLOBAL` (the JIT
-    then needs :func:`register_profile_symbols`)."""
-    module = ir.Module("polyonnx")
+    """The whole model in one module, for reading its IR (the tests, ``polyonnx show``);
+    compiling uses :func:`plan_modules`. Returns the module and, per kernel, the symbol
+    of the function it calls."""
+    jobs, symbols = kernel_jobs(schedules, buffers)
+    module = _new_module("polyonnx", target)
+    width = target.lanes(4)
+    functions = {j.symbol: emit_kernel(module, j.symbol, j.schedule, buffers, width) for j in jobs}
+    _define_entry(module, schedules, [functions[s] for s in symbols], places, profile)
+    return module, symbols
+
+
+def _new_module(name: str, target: Target) -> ir.Module:
+    module = ir.Module(name)
     module.triple = target.triple
     module.cpu_features = target.features  # what emit/mathfn.py may use beyond plain IR
-    width = target.lanes(4)
-    shared: dict[str, ir.Function] = {}
-    kernels = []
-    for i, s in enumerate(schedules):
-        key = structural_key(s.kernel, buffers, s.tree + f"panels{len(s.panels)}")
-        if key not in shared:
-            shared[key] = emit_kernel(module, kernel_symbol(i, s.kernel.name), s, buffers, width)
-        kernels.append(shared[key])
+    return module
+
+
+def _declaration(value: ir.GlobalValue) -> bool:
+    if isinstance(value, ir.Function):
+        return value.is_declaration
+    return isinstance(value, ir.GlobalVariable) and value.initializer is None
+
+
+def _define_entry(
+    module: ir.Module,
+    schedules: Sequence[KernelSchedule],
+    calls: Sequence[ir.Function],
+    places: Mapping[str, tuple[int, int]],
+    profile: bool,
+) -> None:
+    """``void polyonnx_main(ptr slots)``: each kernel called, in order, with its buffers'
+    pointers (slot base plus offset, computed once per place)."""
     entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), ENTRY)
     b = ir.IRBuilder(entry.append_basic_block("entry"))
     slots = entry.args[0]
     pointers: dict[tuple[int, int], ir.Value] = {}
     clock = _ProfileClock(module, b, len(schedules)) if profile else None
-    for site, (fn, schedule) in enumerate(zip(kernels, schedules, strict=True)):
+    for site, (fn, schedule) in enumerate(zip(calls, schedules, strict=True)):
         args = []
         for name in schedule.buffers():
             place = places[name]
@@ -84,7 +178,6 @@ def emit_module(
         if clock is not None:
             clock.lap(site)
     b.ret_void()
-    return module, [fn.name for fn in kernels]
 
 
 @cache

@@ -67,7 +67,7 @@ def pool_runtime():
     if not register_runtime_symbols():
         return None
     target = host_target()
-    jit = JitModule(pool_module(target.triple, register_placement_symbols()), target)
+    jit = JitModule.from_module(pool_module(target.triple, register_placement_symbols()), target)
     llvm.add_symbol(POOL_RUN, jit.address(POOL_RUN))
     return jit
 

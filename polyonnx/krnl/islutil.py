@@ -23,6 +23,7 @@ def tuple_names(union: isl.UnionSet) -> set[str]:
     return names
 
 
+@lru_cache(maxsize=8192)
 def parse_access(text: str) -> isl.MultiAff:
     return isl.MultiAff(text)
 

@@ -2,7 +2,7 @@
 
 An entry is one file named by the key of everything that changes the code (the model's
 bytes, input shapes and values, the target CPU and its features, the polyonnx and LLVM
-versions, the tuning records in force, profiling). It holds the object file, the entry's
+versions, the tuning records in force, profiling). It holds the object files, the entry's
 ABI and the constants, each at a cache-line offset, and starts with a SHA-256 of the rest:
 a truncated or damaged entry fails the check and is compiled again, never loaded. Entries
 are written to a temporary name and renamed into place, so processes compiling the same
@@ -42,7 +42,7 @@ class Entry:
     """What one cache entry holds."""
 
     abi: EntryAbi
-    object: bytes
+    objects: tuple[bytes, ...]
     constants: Mapping[str, np.ndarray]
     extra: Mapping[str, object]
     """Small JSON data kept beside the code (memory use, tuned kernels)."""
@@ -163,7 +163,7 @@ class CompileCache:
 
 
 def _serialise(entry: Entry) -> bytes:
-    """MAGIC, SHA-256 of what follows, header length, JSON header, then the object file and
+    """MAGIC, SHA-256 of what follows, header length, JSON header, then the object files and
     the constants, each starting on an ALIGN-byte offset of the file."""
     parts: list[bytes] = []
     layout: dict[str, list] = {}
@@ -178,13 +178,13 @@ def _serialise(entry: Entry) -> bytes:
         at += len(data) + pad
         return start
 
-    object_at = place(entry.object)
+    objects = [[place(obj), len(obj)] for obj in entry.objects]
     for name, array in entry.constants.items():
         array = np.ascontiguousarray(array)
         layout[name] = [place(array.tobytes()), array.dtype.name, list(array.shape)]
     header = {
         "abi": json.loads(entry.abi.to_json()),
-        "object": [object_at, len(entry.object)],
+        "objects": objects,
         "constants": layout,
         "extra": dict(entry.extra),
     }
@@ -208,7 +208,6 @@ def _read(path: Path) -> Entry:
     (head_bytes,) = struct.unpack_from("<Q", data, head_at)
     payload = head_at + 8 + head_bytes
     header = json.loads(bytes(view[head_at + 8 : payload]))
-    object_at, object_bytes = header["object"]
     constants = {}
     for name, (at, dtype, shape) in header["constants"].items():
         count = int(np.prod(shape, dtype=np.int64))
@@ -216,7 +215,9 @@ def _read(path: Path) -> Entry:
         constants[name] = array.reshape(shape)
     return Entry(
         abi=EntryAbi.from_json(json.dumps(header["abi"])),
-        object=bytes(view[payload + object_at : payload + object_at + object_bytes]),
+        objects=tuple(
+            bytes(view[payload + at : payload + at + size]) for at, size in header["objects"]
+        ),
         constants=constants,
         extra=header["extra"],
     )

@@ -19,20 +19,27 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import islpy as isl
 import numpy as np
 
 from polyonnx.aligned import ALIGN, aligned_empty
 from polyonnx.emit.abi import EntryAbi, KernelInfo, Port
+from polyonnx.emit.aot import NativeModel
 from polyonnx.emit.jit import JitModule
-from polyonnx.emit.module import ENTRY, PROFILE_GLOBAL, emit_module, register_profile_symbols
+from polyonnx.emit.module import (
+    ENTRY,
+    PROFILE_GLOBAL,
+    plan_modules,
+    register_profile_symbols,
+)
+from polyonnx.emit.objects import compile_objects, gc_paused
 from polyonnx.emit.target import Target, host_target
 from polyonnx.emit.threads import THREADS_GLOBAL, pool_runtime
 from polyonnx.errors import CodegenError, InputError, PolyonnxError
 from polyonnx.frontend.graph import Graph
 from polyonnx.frontend.load import load_graph
+from polyonnx.krnl.canon import structural_key
 from polyonnx.krnl.chain import fuse_elementwise
 from polyonnx.krnl.epilogue import fuse_epilogues
 from polyonnx.krnl.ir import Binary, Kernel, Program
@@ -46,14 +53,41 @@ from polyonnx.schedule.gemm import geometry
 from polyonnx.schedule.panels import pack_constants
 from polyonnx.schedule.tree import KernelSchedule
 
-if TYPE_CHECKING:
-    from llvmlite import ir
-
 
 def default_schedules(program: Program, target: Target | None = None) -> tuple[KernelSchedule, ...]:
-    """Each kernel's default schedule for ``target``'s SIMD width (the host's by default)."""
-    lanes = (target or host_target()).lanes(4)
-    return tuple(default_schedule(k, program.buffers, lanes) for k in program.kernels)
+    """Each kernel's default schedule for ``target``'s SIMD width and registers (the
+    host's by default). Structurally identical kernels (krnl/canon.py: other tensors,
+    same statements and shapes) get one schedule, worked out once: a ResNet's blocks
+    repeat, and scheduling them again was half of scheduling (docs/measurements.md)."""
+    target = target or host_target()
+    lanes, registers = target.lanes(4), target.vector_registers
+    done: dict[str, KernelSchedule] = {}
+    schedules = []
+    for kernel in program.kernels:
+        key = structural_key(kernel, program.buffers)
+        schedule = _for_kernel(done.get(key), kernel)
+        if schedule is None:
+            schedule = default_schedule(kernel, program.buffers, lanes, registers)
+            if _shareable(schedule, kernel):
+                done[key] = schedule
+        schedules.append(schedule)
+    return tuple(schedules)
+
+
+def _shareable(schedule: KernelSchedule, kernel: Kernel) -> bool:
+    """Whether ``schedule`` names nothing of ``kernel`` but its statements: it schedules
+    the kernel as given, and its state added no statements or scratch buffers."""
+    state = schedule.state
+    plain = state is None or (state.kernel is kernel and not state.scratch)
+    return schedule.kernel is kernel and not schedule.panels and plain
+
+
+def _for_kernel(schedule: KernelSchedule | None, kernel: Kernel) -> KernelSchedule | None:
+    """A shared schedule given to an identical ``kernel``."""
+    if schedule is None:
+        return None
+    state = schedule.state and dataclasses.replace(schedule.state, kernel=kernel)
+    return dataclasses.replace(schedule, kernel=kernel, state=state)
 
 
 def lower_model(model, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Program:
@@ -89,12 +123,13 @@ def compile_graph(
     """With ``records`` (tune/apply.py's Records), kernels with a tuning record that beat
     the default get its schedule (host targets only). ``input_offsets``: where inputs'
     data starts past a cache line, in bytes, for code laid out by it (Program's)."""
-    program = optimize(lower(graph, input_offsets))
-    if records is None or target is not None:
-        schedules, used = default_schedules(program, target), {}
-    else:
-        schedules, used = records.schedules(program)
-    compiled = compile_program(program, schedules, target, profile=profile)
+    with gc_paused():  # compiling makes few cycles and many objects (emit/objects.py)
+        program = optimize(lower(graph, input_offsets))
+        if records is None or target is not None:
+            schedules, used = default_schedules(program, target), {}
+        else:
+            schedules, used = records.schedules(program, default_schedules(program))
+        compiled = compile_program(program, schedules, target, profile=profile)
     compiled.tuned = tuple(used)
     return compiled
 
@@ -110,20 +145,21 @@ def compile_program(
     per inference); without, it is exactly the plain build."""
     target = target or host_target()
     native = emit_program(program, schedules, target, profile=profile)
-    jit = JitModule(native.module, target)
+    model = native.model
+    objects = compile_objects(model.plan.entry, model.plan.jobs, model.buffers, target)
+    jit = JitModule(objects.objects, target, objects.sources)
     return CompiledModel(
-        native.abi, native.constants, jit, native.memory, profile, build=native.build
+        model.abi, model.constants, jit, native.memory, profile, build=native.build
     )
 
 
 @dataclass(frozen=True)
 class NativeProgram:
-    """A Program emitted as one LLVM module, with what running it needs: the entry's
-    slots and ports (``abi``), and the constants its slots point at."""
+    """A Program planned as LLVM modules, with the entry's ABI and its constants
+    (``model``: the entry's module and a job per kernel function, for emit/objects.py to
+    emit and compile), and what compiling it made on the way."""
 
-    module: ir.Module
-    abi: EntryAbi
-    constants: Mapping[str, np.ndarray]
+    model: NativeModel
     memory: MemoryUse
     build: Build
 
@@ -131,20 +167,22 @@ class NativeProgram:
 def emit_program(
     program: Program, schedules: Sequence[KernelSchedule], target: Target, *, profile: bool
 ) -> NativeProgram:
-    """Pack constant GEMM weights, check bounds, plan memory and emit the module."""
+    """Pack constant GEMM weights, check bounds, plan memory and the modules."""
     program, schedules = pack_constants(program, tuple(schedules))
     check_bounds(program)
     layout = plan_memory(program)
     places = {name: (p.slot, p.offset) for name, p in layout.places.items()}
     if profile and not register_profile_symbols():
         raise CodegenError("profiling needs clock_gettime(CLOCK_MONOTONIC) from the C library")
-    module, symbols = emit_module(schedules, program.buffers, places, target, profile=profile)
+    plan = plan_modules(schedules, program.buffers, places, target, profile=profile)
     abi = entry_abi(program, schedules, layout)
     used = {name for _, name in abi.constant_slots}
     used |= {p.copy_of for p in abi.outputs if p.copy_of in program.constants}
-    build = Build(program, tuple(schedules), layout, tuple(symbols))
+    build = Build(program, tuple(schedules), layout, plan.symbols)
     constants = {name: program.constants[name] for name in used}
-    return NativeProgram(module, abi, constants, memory_use(program, schedules, layout), build)
+    memory = memory_use(program, schedules, layout)
+    model = NativeModel(plan, program.buffers, abi, constants)
+    return NativeProgram(model, memory, build)
 
 
 def entry_abi(program: Program, schedules: Sequence[KernelSchedule], layout: Layout) -> EntryAbi:
@@ -298,7 +336,7 @@ class CompiledModel:
     def from_entry(cls, entry: Entry, target: Target, profile: bool = False) -> CompiledModel:
         """A model loaded from the compile cache: its object file and constants, no LLVM
         optimisation and no Program."""
-        jit = JitModule.from_object(entry.object, target)
+        jit = JitModule(entry.objects, target)
         memory = MemoryUse(**entry.extra["memory"])
         tuned = tuple(entry.extra["tuned"])
         return cls(entry.abi, entry.constants, jit, memory, profile, tuned, cached=True)
@@ -309,7 +347,7 @@ class CompiledModel:
         if any(array.dtype.kind in "OUS" for array in self.constants.values()):
             return None
         extra = {"memory": dataclasses.asdict(self.memory_use), "tuned": list(self.tuned)}
-        return Entry(self.abi, self.jit.object, self.constants, extra)
+        return Entry(self.abi, self.jit.objects, self.constants, extra)
 
     @property
     def program(self) -> Program:

@@ -56,9 +56,7 @@ def compile_library(
     else:
         schedules = default_schedules(program, target)
     native = emit_program(program, schedules, target, profile=False)
-    return write_library(
-        native.module, native.abi, native.constants, target, directory, name, default_threads
-    )
+    return write_library(native.model, target, directory, name, default_threads)
 
 
 def default_name(model) -> str:

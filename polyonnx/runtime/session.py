@@ -120,6 +120,10 @@ class InferenceSession:
         self._cache = None
         self._digest: str | None = None
         if is_library(model):
+            if self.profiling:
+                raise PolyonnxError(
+                    "a compiled library has no kernel timers: profile the .onnx model instead"
+                )
             self._open_library(model)
             return
         self.records = _records(tuning_db, self.threads)

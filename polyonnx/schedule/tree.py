@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import islpy as isl
@@ -36,7 +37,13 @@ class KernelSchedule:
         return (*self.kernel.buffers(), *(copy for _, copy in self.panels))
 
     def isl_schedule(self) -> isl.Schedule:
-        return isl.Schedule(self.tree)
+        return parse_schedule(self.tree)
+
+
+@lru_cache(maxsize=1024)
+def parse_schedule(tree: str) -> isl.Schedule:
+    """A schedule tree from its text, parsed once (isl values are not changed in place)."""
+    return isl.Schedule(tree)
 
 
 @dataclass(frozen=True)

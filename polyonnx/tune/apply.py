@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -65,9 +65,14 @@ class Records:
                     found[task] = trial
         return found
 
-    def schedules(self, program: Program) -> tuple[list[KernelSchedule], dict[str, Trial]]:
-        """Each kernel's schedule, and the records used (by kernel name)."""
-        defaults = {k.name: default_schedule(k, program.buffers) for k in program.kernels}
+    def schedules(
+        self, program: Program, defaults: Sequence[KernelSchedule] | None = None
+    ) -> tuple[list[KernelSchedule], dict[str, Trial]]:
+        """Each kernel's schedule, and the records used (by kernel name); ``defaults``:
+        the kernels' default schedules, where the caller has them."""
+        if defaults is None:
+            defaults = [default_schedule(k, program.buffers) for k in program.kernels]
+        defaults = {k.name: s for k, s in zip(program.kernels, defaults, strict=True)}
         if not self.databases:
             return list(defaults.values()), {}
         hashes = {k.name: structural_hash(k, program, defaults[k.name]) for k in program.kernels}

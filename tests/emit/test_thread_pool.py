@@ -67,7 +67,7 @@ def program():
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         b.call(parallel_for(module), [body, *fn.args])
         b.ret_void()
-    jit = JitModule(module, target)
+    jit = JitModule.from_module(module, target)
     threads = ctypes.c_int32.from_address(jit.global_address(THREADS_GLOBAL))
 
     class Program:

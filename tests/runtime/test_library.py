@@ -188,6 +188,11 @@ def test_bad_names_and_symbolic_dims_are_refused(tmp_path):
                                   np.maximum(x, 0))  # fmt: skip
 
 
+def test_profiling_a_library_is_refused(mlp_library):
+    with pytest.raises(polyonnx.PolyonnxError, match=r"profile the \.onnx model"):
+        polyonnx.InferenceSession(mlp_library, profile=True)
+
+
 def test_not_a_library_is_a_model_error(tmp_path):
     fake = tmp_path / "libfake.so"
     fake.write_bytes(b"\x7fELF" + b"\0" * 60)

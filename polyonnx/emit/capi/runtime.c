@@ -20,9 +20,7 @@
 enum { OK = 0, E_ARGUMENT = 1, E_SHAPE = 2, E_BUFFER = 3, E_MEMORY = 4 };
 
 extern void polyonnx_main(void **slots);
-#if PNAME_PARALLEL
 extern int32_t polyonnx_threads;
-#endif
 
 struct PNAME_session {
     int threads;
@@ -227,9 +225,7 @@ API int PNAME_run(PNAME_session *s, const void *const *inputs, const int64_t *co
         if (input_slots[i] >= 0) s->slots[input_slots[i]] = (void *)inputs[i];
     for (int i = 0; i < PNAME_OUTPUTS; i++)
         if (output_slots[i] >= 0) s->slots[output_slots[i]] = outputs[i];
-#if PNAME_PARALLEL
     __atomic_store_n(&polyonnx_threads, s->threads, __ATOMIC_RELAXED);
-#endif
     polyonnx_main(s->slots);
     for (int i = 0; i < PNAME_OUTPUTS; i++) copy_output(s, i, inputs, outputs);
     return OK;
