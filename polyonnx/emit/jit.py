@@ -3,14 +3,16 @@ machine and optimisation pipeline every compile uses."""
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
+from functools import cache
 
 import llvmlite.binding as llvm
 from llvmlite import ir
 
 from polyonnx.emit.module import CLOCK_GETTIME, register_profile_symbols
 from polyonnx.emit.pool import POOL_RUN
-from polyonnx.emit.target import Target, initialize_llvm
+from polyonnx.emit.target import Target, initialize_llvm, initialize_llvm_targets
 from polyonnx.emit.threads import calls_pool, pool_runtime
 from polyonnx.errors import CodegenError
 
@@ -92,6 +94,8 @@ def target_machine(target: Target, opt: int = 3, *, jit: bool = True) -> llvm.Ta
     """LLVM's machine for ``target``: for this process (``jit``), or position-independent
     code for a shared library."""
     initialize_llvm()
+    if target.triple != llvm.get_process_triple():
+        initialize_llvm_targets()
     reloc = "default" if jit else "pic"
     return llvm.Target.from_triple(target.triple).create_target_machine(
         cpu=target.name, features=target.features, opt=opt, reloc=reloc, jit=jit
@@ -104,6 +108,25 @@ def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine) -> None:
     builder.getModulePassManager().run(module, builder)
 
 
+COMPILER_RUNTIME = ("__extendhfsf2", "__truncsfhf2", "__truncdfhf2")
+"""The half-precision conversions LLVM calls where the CPU has no F16C (an x86-64
+baseline target): a linked library gets them from the C compiler's runtime, the JIT
+from libgcc_s."""
+
+
+@cache
+def register_compiler_runtime() -> None:
+    """Make COMPILER_RUNTIME's functions known to the JIT where libgcc_s has them."""
+    try:
+        runtime = ctypes.CDLL("libgcc_s.so.1")
+    except OSError:
+        return
+    for name in COMPILER_RUNTIME:
+        fn = getattr(runtime, name, None)
+        if fn is not None:
+            llvm.add_symbol(name, ctypes.cast(fn, ctypes.c_void_p).value)
+
+
 def _load(
     objects: Sequence[bytes], machine: llvm.TargetMachine, pool: bool
 ) -> llvm.ExecutionEngine:
@@ -111,6 +134,7 @@ def _load(
     and to the worker pool's (``pool``: they call it) and the profiling clock's."""
     if pool:
         pool_runtime()
+    register_compiler_runtime()
     clock = any(CLOCK_GETTIME.encode() in obj for obj in objects)
     if clock and not register_profile_symbols():
         raise CodegenError("profiling needs clock_gettime(CLOCK_MONOTONIC) from the C library")

@@ -76,6 +76,6 @@ def _missing(arch: str) -> str:
         )
     return (
         f"linking a library for {arch} needs a cross toolchain: "
-        f'pip install "polyonnx[cross]" (zig cc, about 50 MB, no system package) or '
+        f'pip install "polyonnx[cross]" (zig cc: a 100 MB download, no system package) or '
         f"apt-get install gcc-{arch}-linux-gnu"
     )

@@ -93,3 +93,21 @@ def test_missing_cross_linker_says_what_to_install(monkeypatch):
     monkeypatch.setattr(toolchain.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(polyonnx.CodegenError, match=r'pip install "polyonnx\[cross\]"'):
         toolchain.find_toolchain("aarch64-linux-gnu")
+
+
+def test_half_floats_jit_compiled_without_f16c(tmp_path):
+    """x86-64 baseline code converts float16 through the compiler runtime's helpers."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+         helper.make_node("Cast", ["h"], ["y"], to=TensorProto.FLOAT)],
+        "half",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [37])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [37])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    target = make_target("x86_64-linux-gnu", "x86-64")
+    session = polyonnx.InferenceSession(model, target=target)
+    x = np.random.default_rng(0).standard_normal(37).astype(np.float32) * 100
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], x.astype(np.float16))
