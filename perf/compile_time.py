@@ -46,9 +46,11 @@ def timed(model: str, cache: str, pythonpath: str | None) -> dict:
     env = {**os.environ, "POLYONNX_CACHE_DIR": cache, "POLYONNX_CACHE": "on"}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, model], env=env, capture_output=True, text=True, check=True
-    )
+    model = os.path.abspath(model) if os.path.exists(model) else model
+    done = subprocess.run(  # in the cache's folder: not this checkout's polyonnx by chance
+        [sys.executable, "-c", CHILD, model],
+        env=env, cwd=cache, capture_output=True, text=True, check=True,
+    )  # fmt: skip
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

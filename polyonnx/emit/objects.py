@@ -28,7 +28,8 @@ from polyonnx.emit.target import Target, initialize_llvm
 from polyonnx.errors import CodegenError, PolyonnxError
 
 PARALLEL_JOBS = 4
-"""Fewer distinct kernels than this compile in this process: forking costs more."""
+"""Fewer distinct kernels than this compile in this process: a fork and a pool cost
+tens of milliseconds, a small model's whole compile (docs/measurements.md)."""
 LOCAL = {llvm.Linkage.internal, llvm.Linkage.private}
 
 

@@ -106,6 +106,8 @@ class LibraryModel:
             raise ModelError(f"{self.name}_open failed: {self._fn['error'](None).decode()}")
         self._inputs = (ctypes.c_void_p * len(self.inputs))()
         self._dims = (ctypes.POINTER(ctypes.c_int64) * len(self.inputs))()
+        self._given: list = [None] * len(self.inputs)
+        """Dims of inputs not of their declared shape, kept alive while they are passed."""
         self._outputs = (ctypes.c_void_p * len(self.outputs))()
         self._bytes = (ctypes.c_size_t * len(self.outputs))()
         self.tuned: tuple[str, ...] = ()
@@ -123,13 +125,14 @@ class LibraryModel:
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Inputs must be C-contiguous arrays; the library checks their dims again."""
-        kept = []
         for i, port in enumerate(self.inputs):
             array = inputs[port.name]
             self._inputs[i] = array.ctypes.data
-            dims = (ctypes.c_int64 * max(array.ndim, 1))(*array.shape)
-            kept.append(dims)
-            self._dims[i] = ctypes.cast(dims, ctypes.POINTER(ctypes.c_int64))
+            if array.shape != port.shape:  # the library's own dims pointer, else these
+                self._given[i] = (ctypes.c_int64 * max(array.ndim, 1))(*array.shape)
+                self._dims[i] = ctypes.cast(self._given[i], ctypes.POINTER(ctypes.c_int64))
+            else:
+                self._dims[i] = self._fn["input_dims"](i)
         results = {}
         for i, port in enumerate(self.outputs):
             array = results.get(port.name)
