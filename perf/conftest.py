@@ -111,9 +111,9 @@ def pytest_configure(config):
 @pytest.fixture(autouse=True)
 def quiet_start():
     """Every benchmark starts once the last one's idle threads stopped spinning
-    (polyonnx/bench/quiet.py): onnxruntime's spin for ~60 ms after a 2-thread run, and
+    (polyonnx/quiet.py): onnxruntime's spin for ~60 ms after a 2-thread run, and
     numpy's 2-thread MatMul, which comes right after it, ran 2048^3 slower than on 1."""
-    from polyonnx.bench.quiet import wait_until_quiet
+    from polyonnx.quiet import wait_until_quiet
 
     wait_until_quiet()
 

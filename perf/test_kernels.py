@@ -31,7 +31,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import polyonnx
 from polyonnx.emit.fmapeak import fma_peak_gflops
-from polyonnx.emit.target import host_target
+from polyonnx.target import host_target
 
 pytest.importorskip("onnxruntime")
 

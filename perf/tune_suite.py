@@ -24,7 +24,7 @@ import onnx
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "perf"))
 
-from polyonnx.emit.target import host_target  # noqa: E402
+from polyonnx.target import host_target  # noqa: E402
 from polyonnx.tune.cli import parse_budget  # noqa: E402
 from polyonnx.tune.db import Database  # noqa: E402
 from polyonnx.tune.session import Options, tune  # noqa: E402

@@ -10,8 +10,8 @@ from polyonnx.errors import (
     TuningError,
     UnsupportedOpError,
 )
+from polyonnx.inference import InferenceSession
 from polyonnx.program import Program, load
-from polyonnx.runtime.session import InferenceSession
 from polyonnx.schedule.schedule import Loop, Schedule
 
 __version__ = "0.1.0"

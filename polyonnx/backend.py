@@ -14,7 +14,7 @@ from onnx import helper
 from onnx.backend.base import Backend, BackendRep
 
 from polyonnx.errors import InputError
-from polyonnx.runtime.session import InferenceSession
+from polyonnx.inference import InferenceSession
 
 
 class PolyonnxRep(BackendRep):

@@ -113,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from polyonnx.runtime.session import InferenceSession
+    from polyonnx.inference import InferenceSession
 
     start = time.perf_counter()
     session = InferenceSession(
@@ -164,8 +164,8 @@ def _compiled_how(session, compiled) -> str:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from polyonnx.emit.target import make_target
     from polyonnx.runtime.library import compile_library, default_name
+    from polyonnx.target import make_target
     from polyonnx.tune.apply import Records
 
     start = time.perf_counter()
@@ -320,7 +320,7 @@ PROFILE_COLUMNS = ("#", "kernel", "op", "ms/run", "% model", "GFLOP/s")
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from polyonnx.runtime.session import InferenceSession
+    from polyonnx.inference import InferenceSession
 
     if args.runs < 1 or args.top < 1:
         raise PolyonnxError("--runs and --top must be at least 1")
@@ -410,9 +410,9 @@ def _plain_table(rows: Sequence[tuple[str, ...]], columns: Sequence[str]) -> str
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from polyonnx.emit.pseudo_c import pseudo_c
     from polyonnx.krnl.ir import loads
     from polyonnx.runtime.compiled import compile_program, default_schedules, lower_model
+    from polyonnx.schedule.pseudo_c import pseudo_c
 
     shapes = _shapes(args)
     program = lower_model(args.model, shapes or None)

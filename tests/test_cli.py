@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from polyonnx.cli import main
-from polyonnx.emit.target import host_target
+from polyonnx.target import host_target
 
 EXAMPLE = str(pathlib.Path(__file__).resolve().parents[1] / "examples" / "mlp.onnx")
 

@@ -14,7 +14,7 @@ def polyonnx_info() -> dict[str, object]:
 
     import polyonnx
     from polyonnx.bench.peak import clock, peak_per_core
-    from polyonnx.emit.target import host_target
+    from polyonnx.target import host_target
 
     target = host_target()
     ghz, clock_source = clock()

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from polyonnx.bench.quiet import wait_until_quiet
+from polyonnx.quiet import wait_until_quiet
 
 MIN_ROUNDS = 5
 MAX_ROUNDS = 21

@@ -35,7 +35,7 @@ def clock() -> tuple[float, str]:
 def measured_clock() -> tuple[float, str]:
     """The clock implied by a measured FMA loop on this core (see the module docstring)."""
     from polyonnx.emit.fmapeak import fma_peak_gflops
-    from polyonnx.emit.target import host_target
+    from polyonnx.target import host_target
 
     target = host_target()
     rate = fma_peak_gflops(target)
@@ -58,7 +58,7 @@ def cpuinfo_mhz() -> float | None:
 
 def peak_per_core(ghz: float) -> tuple[float, str]:
     """fp32 GFLOP/s of one core of this machine at ``ghz``, and how it was computed."""
-    from polyonnx.emit.target import host_target
+    from polyonnx.target import host_target
 
     target = host_target()
     lanes = _fma_lanes(target)

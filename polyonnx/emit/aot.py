@@ -25,9 +25,9 @@ from polyonnx.emit.abi import ONNX_TYPES, EntryAbi, Port
 from polyonnx.emit.module import ModulePlan
 from polyonnx.emit.objects import compile_ir, compile_objects
 from polyonnx.emit.pool import pool_module
-from polyonnx.emit.target import Target
 from polyonnx.emit.toolchain import find_toolchain
 from polyonnx.errors import CodegenError
+from polyonnx.target import Target
 
 WEIGHTS_FILE_BYTES = 2**31
 """Constants of this many bytes or more go to NAME.weights: a relocation in a library's

@@ -18,7 +18,6 @@ import islpy as isl
 from llvmlite import ir
 
 from polyonnx.emit import ops, smallfloat, threads, transpose
-from polyonnx.emit.astgen import Index, Instance, KernelAst, build_ast
 from polyonnx.emit.llvmtypes import (
     I64,
     PTR,
@@ -49,6 +48,7 @@ from polyonnx.krnl.ir import (
     reduce_identity,
 )
 from polyonnx.krnl.islutil import row_major_strides
+from polyonnx.schedule.astgen import Index, Instance, KernelAst, build_ast
 from polyonnx.schedule.gemm import Params, geometry, is_ukernel_mark
 from polyonnx.schedule.nest import MAX_STRIDE
 from polyonnx.schedule.state import PARALLEL, TRANSPOSE

@@ -17,7 +17,7 @@ from llvmlite import ir
 
 from polyonnx.emit.jit import JitModule
 from polyonnx.emit.llvmtypes import splat
-from polyonnx.emit.target import Target
+from polyonnx.target import Target
 
 ACCUMULATORS = 12
 """Independent chains: at least FMA latency x pipes, and few enough for AVX2's 16 vector

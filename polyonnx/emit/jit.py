@@ -12,9 +12,9 @@ from llvmlite import ir
 
 from polyonnx.emit.module import CLOCK_GETTIME, register_profile_symbols
 from polyonnx.emit.pool import POOL_RUN
-from polyonnx.emit.target import Target, initialize_llvm, initialize_llvm_targets
 from polyonnx.emit.threads import calls_pool, pool_runtime
 from polyonnx.errors import CodegenError
+from polyonnx.target import Target, initialize_llvm, initialize_llvm_targets
 
 
 def _pipeline_options():

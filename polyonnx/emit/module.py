@@ -22,11 +22,11 @@ from llvmlite import ir
 
 from polyonnx.emit.codegen import emit_kernel
 from polyonnx.emit.llvmtypes import I64, PTR
-from polyonnx.emit.target import Target
 from polyonnx.emit.threads import THREADS_GLOBAL
 from polyonnx.krnl.canon import structural_key
 from polyonnx.krnl.ir import Buffer
 from polyonnx.schedule.tree import KernelSchedule
+from polyonnx.target import Target
 
 ENTRY = "polyonnx_main"
 PROFILE_GLOBAL = "polyonnx_profile"

@@ -24,8 +24,8 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from polyonnx.emit.module import KernelJob, kernel_module
-from polyonnx.emit.target import Target, initialize_llvm
 from polyonnx.errors import CodegenError, PolyonnxError
+from polyonnx.target import Target, initialize_llvm
 
 PARALLEL_JOBS = 4
 """Fewer distinct kernels than this compile in this process: a fork and a pool cost

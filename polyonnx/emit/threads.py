@@ -62,7 +62,7 @@ def pool_runtime():
     compiled module, kept alive here, or None where threads are not available (the models'
     loops then run serially: the runtime leaves ``polyonnx_threads`` at 1)."""
     from polyonnx.emit.jit import JitModule
-    from polyonnx.emit.target import host_target
+    from polyonnx.target import host_target
 
     if not register_runtime_symbols():
         return None

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import islpy as isl
 from llvmlite import ir
 
-from polyonnx.emit.astgen import Instance
 from polyonnx.emit.irhelp import I32
 from polyonnx.emit.llvmtypes import I64, PTR, intrinsic, mangle, memory_type, splat
 from polyonnx.krnl.ir import Access, Load
+from polyonnx.schedule.astgen import Instance
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,6 @@ from polyonnx.emit.module import (
     register_profile_symbols,
 )
 from polyonnx.emit.objects import compile_objects, gc_paused
-from polyonnx.emit.target import Target, host_target
 from polyonnx.emit.threads import THREADS_GLOBAL, pool_runtime
 from polyonnx.errors import CodegenError, InputError, PolyonnxError
 from polyonnx.frontend.graph import Graph
@@ -52,6 +51,7 @@ from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.gemm import geometry
 from polyonnx.schedule.panels import pack_constants
 from polyonnx.schedule.tree import KernelSchedule
+from polyonnx.target import Target, host_target
 
 
 def default_schedules(program: Program, target: Target | None = None) -> tuple[KernelSchedule, ...]:

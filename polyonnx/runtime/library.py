@@ -19,11 +19,11 @@ import numpy as np
 from polyonnx.aligned import aligned_empty
 from polyonnx.emit.abi import ONNX_TYPES, Port
 from polyonnx.emit.aot import Library, write_library
-from polyonnx.emit.target import Target, host_target
 from polyonnx.errors import InputError, ModelError
 from polyonnx.frontend.load import load_graph
 from polyonnx.krnl.lower import lower, supported_ops
 from polyonnx.runtime.compiled import default_schedules, emit_program, optimize
+from polyonnx.target import Target, host_target
 
 DTYPES = {number: name for name, number in ONNX_TYPES.items()}
 LIBRARY_NAME = re.compile(r"lib([A-Za-z_][A-Za-z0-9_]*)\.so\Z")

@@ -23,12 +23,12 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol
 
 import numpy as np
 import onnx
 
 from polyonnx.aligned import ALIGN
-from polyonnx.emit.target import Target, host_target, llvm_version
 from polyonnx.errors import InputError, PolyonnxError, ValueRequiredError
 from polyonnx.frontend.graph import Dim, Graph, Value
 from polyonnx.frontend.load import load_graph, load_model
@@ -41,6 +41,7 @@ from polyonnx.runtime.compiled import (
     compile_program,
 )
 from polyonnx.runtime.library import LibraryModel, is_library
+from polyonnx.target import Target, host_target, llvm_version
 
 ORT_TYPES = {"float32": "float", "float64": "double"}
 
@@ -61,13 +62,21 @@ def node_arg(value: Value) -> NodeArg:
     return NodeArg(value.name, shape, f"tensor({ORT_TYPES.get(value.dtype, value.dtype)})")
 
 
-def _records(tuning_db, threads: int):
-    """Tuning records for the session (None: none, with ``tuning_db=False``)."""
-    if tuning_db is False:
-        return None
-    from polyonnx.tune.apply import Records
+def thread_count(threads: int | None) -> int:
+    """``threads``, checked, or one per core."""
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive int, got {threads!r}")
+    return threads or os.cpu_count() or 1
 
-    return Records.load(threads, None if tuning_db in (None, True) else tuning_db)
+
+class ScheduleRecords(Protocol):
+    """What a session asks of tuning records."""
+
+    skipped: list[str]
+
+    def schedules(self, program, defaults): ...
+
+    def fingerprint(self) -> list: ...
 
 
 def _compile_cache(cache: bool | str | os.PathLike | None) -> CompileCache | None:
@@ -90,21 +99,19 @@ class InferenceSession:
         *,
         target: Target | None = None,
         profile: bool = False,
-        tuning_db: str | os.PathLike | bool | None = None,
+        records: ScheduleRecords | None = None,
         cache: bool | str | os.PathLike | None = None,
     ):
         """``model``: an ONNX model (path, bytes or proto), a ``polyonnx.Program``, or a
         library written by ``polyonnx compile`` (``.../libNAME.so``: loaded, not compiled).
         ``profile``: time every kernel call (see :meth:`kernel_profile`).
-        ``tuning_db``: a database of ``polyonnx tune`` whose best records (measured on this
-        machine, faster than the default) schedule their kernels; the records shipped with
-        polyonnx for this CPU apply too unless ``tuning_db=False``.
+        ``records``: tuning records that schedule the kernels they beat the default on
+        (tune/apply.py's Records; ``polyonnx.InferenceSession`` loads them from
+        ``tuning_db``). This layer runs what it is handed and imports no tuner.
         ``cache``: keep compiled code on disk and load it instead of compiling again
         (runtime/cache.py): True, False, or the cache's directory; by default on unless
         POLYONNX_CACHE=off."""
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be a positive int, got {threads!r}")
-        self.threads = threads or os.cpu_count() or 1
+        self.threads = thread_count(threads)
         self._target = target
         self._inputs: dict[str, tuple[Value, np.dtype, tuple | None]] | None = None
         self.profiling = bool(profile)
@@ -126,7 +133,7 @@ class InferenceSession:
                 )
             self._open_library(model)
             return
-        self.records = _records(tuning_db, self.threads)
+        self.records = records
         if _is_program(model):  # a polyonnx.Program with scripted schedules: not cached
             self._set_graph(model.graph)
             self._model = None

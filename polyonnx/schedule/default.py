@@ -13,7 +13,6 @@ import contextlib
 import math
 from collections.abc import Mapping
 
-from polyonnx.emit.target import host_target
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel, Statement, loads
 from polyonnx.krnl.islutil import dim_names, extents
@@ -30,6 +29,7 @@ from polyonnx.schedule.stencil import stencil_schedule, window_orders
 from polyonnx.schedule.transpose import transpose_schedule
 from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
 from polyonnx.schedule.ukernel import ukernel_schedule
+from polyonnx.target import host_target
 
 
 def default_schedule(

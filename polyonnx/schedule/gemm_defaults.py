@@ -12,7 +12,7 @@ from polyonnx.schedule.gemm_taps import b_row_stride, b_taps
 def vector_registers(lanes: int) -> int:
     """Architectural vector registers of an x86 float32 SIMD width, for callers that know
     only the width: AVX-512 has 32, AVX2 and SSE 16. (aarch64's NEON has 32 of 4 lanes:
-    emit/target.py's Target.vector_registers knows the architecture.)"""
+    polyonnx/target.py's Target.vector_registers knows the architecture.)"""
     return 32 if lanes >= 16 else 16
 
 

@@ -22,7 +22,6 @@ from typing import Any
 
 import islpy as isl
 
-from polyonnx.emit.target import host_target
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel
 from polyonnx.schedule import annotate, fuse
@@ -35,6 +34,7 @@ from polyonnx.schedule.split import split as split_loop
 from polyonnx.schedule.state import State
 from polyonnx.schedule.tree import KernelSchedule
 from polyonnx.schedule.ukernel import ukernel_state
+from polyonnx.target import host_target
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Schedule:
         return self.state.to_kernel_schedule()
 
     def __str__(self) -> str:
-        from polyonnx.emit.pseudo_c import pseudo_c
+        from polyonnx.schedule.pseudo_c import pseudo_c
 
         return pseudo_c(self.kernel_schedule(), self.all_buffers(), self.state)
 

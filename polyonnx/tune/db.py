@@ -116,7 +116,7 @@ class Key:
     def host(threads: int) -> Key:
         """This machine, this polyonnx, this LLVM, running on ``threads`` threads."""
         from polyonnx import __version__
-        from polyonnx.emit.target import host_target, llvm_version
+        from polyonnx.target import host_target, llvm_version
 
         target = host_target()
         return Key(target.name, target.features, __version__, llvm_version(), threads)

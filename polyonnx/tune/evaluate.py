@@ -12,8 +12,8 @@ import time
 
 import numpy as np
 
-from polyonnx.bench.quiet import wait_until_quiet
 from polyonnx.krnl.ir import Program
+from polyonnx.quiet import wait_until_quiet
 from polyonnx.runtime.compiled import compile_program, default_schedules
 from polyonnx.tune.apply import Records
 from polyonnx.tune.db import Trial

@@ -228,7 +228,7 @@ def _prepare(
 
 
 def _lanes() -> int:
-    from polyonnx.emit.target import host_target
+    from polyonnx.target import host_target
 
     return host_target().lanes(4)
 

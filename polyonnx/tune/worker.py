@@ -23,8 +23,8 @@ import signal
 import sys
 import time
 
-from polyonnx.emit.target import host_target
 from polyonnx.runtime.compiled import lower_model
+from polyonnx.target import host_target
 from polyonnx.tune.runner import Bench, scrub_size
 
 FAULT = "POLYONNX_TUNE_FAULT"

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from polyonnx.emit.target import host_target
 from polyonnx.frontend.load import load_graph
 from polyonnx.krnl.lower import supported_ops
 from polyonnx.runtime.compiled import compile_graph, default_schedules, lower_model
+from polyonnx.target import host_target
 from tests.helpers import make_model, random_array, sum_tol, value_info
 
 F32 = np.float32

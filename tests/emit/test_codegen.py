@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from polyonnx.emit.codegen import INTERLEAVE, ROLLED_STEPS
-from polyonnx.emit.pseudo_c import pseudo_c
-from polyonnx.emit.target import host_target
 from polyonnx.frontend.graph import Graph, Node, Value
 from polyonnx.krnl.lower import lower
 from polyonnx.runtime.compiled import compile_program, default_schedules
+from polyonnx.schedule.pseudo_c import pseudo_c
 from polyonnx.schedule.tree import LoopNest, sequence_tree
+from polyonnx.target import host_target
 
 LANES = host_target().lanes()
 """float32 lanes of the host's vectors: 16 with AVX-512, 8 with AVX2."""

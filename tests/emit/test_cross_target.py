@@ -1,4 +1,4 @@
-"""Targets other than the host: their descriptions (emit/target.py's make_target), their
+"""Targets other than the host: their descriptions (polyonnx/target.py's make_target), their
 default GEMM register tiles, and models compiled for them down to ELF objects of the
 right machine. aarch64 code cannot run here; its 8 x 12 NEON tile is run on the host
 instead, in 4-lane vectors."""
@@ -16,7 +16,6 @@ from onnx import helper
 
 from polyonnx.emit.module import emit_module
 from polyonnx.emit.pool import pool_module
-from polyonnx.emit.target import Target, host_target, make_target
 from polyonnx.errors import PolyonnxError, TargetError
 from polyonnx.frontend.load import load_graph
 from polyonnx.krnl.lower import lower, supported_ops
@@ -25,6 +24,7 @@ from polyonnx.runtime.compiled import compile_program, optimize
 from polyonnx.runtime.memory import plan_memory
 from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.panels import pack_constants
+from polyonnx.target import Target, host_target, make_target
 from tests.helpers import make_model, random_array, sum_tol, value_info
 
 F32 = np.float32

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from polyonnx.bench.peak import FMA_PIPES, measured_clock, peak_per_core
 from polyonnx.emit.fmapeak import fma_peak_gflops
-from polyonnx.emit.target import host_target
+from polyonnx.target import host_target
 
 
 def test_the_fma_loop_runs_at_a_plausible_clock():

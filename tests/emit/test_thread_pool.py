@@ -16,13 +16,13 @@ from llvmlite import ir
 
 from polyonnx.emit.jit import JitModule
 from polyonnx.emit.llvmtypes import I64, PTR
-from polyonnx.emit.target import host_target
 from polyonnx.emit.threads import (
     BODY_TYPE,
     THREADS_GLOBAL,
     parallel_for,
     register_placement_symbols,
 )
+from polyonnx.target import host_target
 
 DRIVE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import polyonnx
-from polyonnx.emit.target import make_target
 from polyonnx.runtime.library import compile_library
+from polyonnx.target import make_target
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "examples" / "mlp.onnx"

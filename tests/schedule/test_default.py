@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import polyonnx
-from polyonnx.emit.pseudo_c import pseudo_c
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.pseudo_c import pseudo_c
 from tests.helpers import (
     FLOAT_TOL,
     MATH_TOL,

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import polyonnx
-from polyonnx.emit.target import host_target
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ops import winograd
 from polyonnx.runtime.compiled import lower_model
@@ -23,6 +22,7 @@ from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.gemm import geometry
 from polyonnx.schedule.gemm_defaults import default_params
 from polyonnx.schedule.gemm_taps import b_taps, tap_lines, tap_span
+from polyonnx.target import host_target
 from tests.helpers import (
     fast,
     make_model,

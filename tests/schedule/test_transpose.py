@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import polyonnx
-from polyonnx.emit.target import host_target
 from polyonnx.runtime.compiled import default_schedules, lower_model
+from polyonnx.target import host_target
 from tests.helpers import fast, make_model, random_array, seeds, value_info
 
 sides = st.sampled_from((1, 3, 15, 16, 17, 31, 32, 40, 64))

@@ -14,7 +14,6 @@ from onnx import helper
 
 import polyonnx
 from polyonnx.emit.module import emit_module
-from polyonnx.emit.target import host_target
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ops import winograd
 from polyonnx.runtime.compiled import lower_model
@@ -22,6 +21,7 @@ from polyonnx.runtime.memory import plan_memory
 from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.gemm import geometry, is_ukernel_mark
 from polyonnx.schedule.gemm_defaults import default_params, vector_registers
+from polyonnx.target import host_target
 from tests.helpers import (
     conv2d_reference,
     fast,

@@ -9,8 +9,8 @@ import collections
 import numpy as np
 import pytest
 
+from polyonnx.inference import InferenceSession
 from polyonnx.runtime.compiled import lower_model
-from polyonnx.runtime.session import InferenceSession
 from polyonnx.tune.db import Database, Key, Trial, canonical
 from polyonnx.tune.session import Options, tune
 from polyonnx.tune.tasks import model_tasks

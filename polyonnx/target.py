@@ -12,9 +12,15 @@ import sys
 from dataclasses import dataclass, replace
 from functools import cache
 
-import llvmlite.binding as llvm
-
 from polyonnx.errors import TargetError
+
+
+def _llvm():
+    """llvmlite's binding, imported when a target is first asked of LLVM: describing a
+    target (lanes, registers) needs no LLVM, and scheduling imports this module."""
+    import llvmlite.binding as llvm
+
+    return llvm
 
 
 @dataclass(frozen=True)
@@ -54,24 +60,24 @@ class Target:
 
 
 def initialize_llvm() -> None:
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
+    _llvm().initialize_native_target()
+    _llvm().initialize_native_asmprinter()
 
 
 def llvm_version() -> str:
     """The version of the LLVM that llvmlite links, e.g. "22.1.0"."""
-    return ".".join(str(part) for part in llvm.llvm_version_info)
+    return ".".join(str(part) for part in _llvm().llvm_version_info)
 
 
 @cache
 def host_target() -> Target:
     """The machine we run on, as llvmlite sees it."""
     initialize_llvm()
-    features = llvm.get_host_cpu_features().flatten()
+    features = _llvm().get_host_cpu_features().flatten()
     enabled = {f[1:] for f in features.split(",") if f.startswith("+")}
     return Target(
-        name=llvm.get_host_cpu_name(),
-        triple=llvm.get_process_triple(),
+        name=_llvm().get_host_cpu_name(),
+        triple=_llvm().get_process_triple(),
         features=features,
         vector_bits=_vector_bits(enabled),
         cores=os.cpu_count() or 1,
@@ -116,8 +122,8 @@ def make_target(triple: str | None = None, cpu: str | None = None) -> Target:
 def initialize_llvm_targets() -> None:
     """Every LLVM target and its assembly printer: code for another architecture needs
     them (``initialize_llvm`` sets up the host's only)."""
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
+    _llvm().initialize_all_targets()
+    _llvm().initialize_all_asmprinters()
 
 
 def _check_triple(triple: str) -> str:
@@ -136,7 +142,7 @@ def _check_triple(triple: str) -> str:
         )
     initialize_llvm_targets()
     try:
-        llvm.Target.from_triple(triple)
+        _llvm().Target.from_triple(triple)
     except RuntimeError as exc:
         raise TargetError(f"target {triple!r}: LLVM does not know it ({exc})") from exc
     return arch
@@ -250,10 +256,10 @@ def cpu_features(triple: str, cpu: str) -> frozenset[str]:
     LLVM what a named CPU implies, so LLVM's code generator answers: each probe's function
     compiled for the CPU, and the instruction the feature brings looked for in its code."""
     probes = PROBES[triple.split("-", 1)[0]]
-    module = llvm.parse_assembly("\n".join([*(p.function() for p in probes), FMA_DECLARATION]))
+    module = _llvm().parse_assembly("\n".join([*(p.function() for p in probes), FMA_DECLARATION]))
     module.triple = triple
     initialize_llvm_targets()
-    machine = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, reloc="pic")
+    machine = _llvm().Target.from_triple(triple).create_target_machine(cpu=cpu, reloc="pic")
     assembly = machine.emit_assembly(module)
     return frozenset(p.feature for p in probes if re.search(p.pattern, _code_of(assembly, p)))
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import islpy as isl
 
-from polyonnx.emit.astgen import Instance, KernelAst, build_ast
 from polyonnx.krnl.ir import Binary, Buffer, Cast, Const, Expr, Iter, Load, LoadAt, Select, Unary
+from polyonnx.schedule.astgen import Instance, KernelAst, build_ast
 from polyonnx.schedule.tree import KernelSchedule
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from polyonnx.bench.quiet import wait_until_quiet
+from polyonnx.quiet import wait_until_quiet
 
 
 def _spin(seconds: float) -> tuple[threading.Thread, float]:
