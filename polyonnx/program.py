@@ -26,8 +26,8 @@ from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.ir import Program as Lowered
 from polyonnx.krnl.lower import lower, supported_ops
 from polyonnx.runtime.compiled import optimize
-from polyonnx.schedule import fuse
-from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.heuristics.default import default_schedule
+from polyonnx.schedule.primitives import fuse
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.tree import KernelSchedule
 

@@ -46,6 +46,19 @@ def test_package_imports_only_the_layers_below(package):
     assert not {p: names for p, names in broken.items() if names}
 
 
+def test_primitives_do_not_import_the_heuristics_that_choose_them():
+    """schedule/primitives/ is mechanism (split, reorder, pack, fuse, marks);
+    schedule/heuristics/ is the policy that picks them."""
+    broken = {}
+    for path in sorted((PACKAGE / "schedule" / "primitives").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        modules = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        bad = [m for m in modules if m.startswith("polyonnx.schedule.heuristics")]
+        if bad:
+            broken[path.name] = bad
+    assert not broken
+
+
 def test_the_rules_see_imports_inside_functions(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from polyonnx.emit.jit import JitModule\n    import llvmlite\n")

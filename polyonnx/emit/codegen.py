@@ -50,7 +50,7 @@ from polyonnx.krnl.ir import (
 from polyonnx.krnl.islutil import row_major_strides
 from polyonnx.schedule.astgen import Index, Instance, KernelAst, build_ast
 from polyonnx.schedule.gemm import Params, geometry, is_ukernel_mark
-from polyonnx.schedule.nest import MAX_STRIDE
+from polyonnx.schedule.heuristics.nest import MAX_STRIDE
 from polyonnx.schedule.state import PARALLEL, TRANSPOSE
 from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
 

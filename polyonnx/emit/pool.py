@@ -46,7 +46,8 @@ POOL_RUN = "polyonnx_pool_run"
 MAX_WORKERS = 15
 STACK_BYTES = 4 << 20
 """Each worker's stack. Persistent threads keep their stack pages, so a GEMM's packed
-panels (up to schedule/gemm_defaults.py's SCRATCH_BYTES) are page-faulted in once per process."""
+panels (up to schedule/heuristics/gemm_defaults.py's SCRATCH_BYTES) are page-faulted in
+once per process."""
 SPINS = 1 << 16
 """Pauses (27 ns each on Zen 4, so ~1.8 ms) an idle worker spins for before it sleeps:
 the kernels of a model, and back-to-back runs, find it awake; an idle process stops

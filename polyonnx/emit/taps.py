@@ -15,8 +15,8 @@ from llvmlite import ir
 
 from polyonnx.emit.irhelp import DOT_COLUMNS, F32, I32, LINE_FLOATS, i32, lesser, loop
 from polyonnx.emit.llvmtypes import I64, splat
-from polyonnx.schedule.gemm_defaults import vector_registers
 from polyonnx.schedule.gemm_taps import PREFETCH_CHANNELS, tap_lines
+from polyonnx.schedule.heuristics.gemm_defaults import vector_registers
 
 ROLLED_TAPS = 9
 """Windows of more live taps run their taps as a loop (_Gemm._rolled_taps), not unrolled:

@@ -1,4 +1,4 @@
-"""The ``transpose`` mark (schedule/transpose.py): a W x W tile of a copy that turns its
+"""The ``transpose`` mark (schedule/heuristics/transpose.py): a W x W tile of a copy that turns its
 rows, loaded as W vectors along the input's rows, transposed in registers and stored as W
 vectors along the output's rows. Where the tile sticks out of the data (its loops end
 before W), the same under masks."""

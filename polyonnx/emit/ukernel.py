@@ -31,7 +31,7 @@ step with the window's taps unrolled (past ROLLED_TAPS with AVX-512, a loop over
 them), each tap's vectors loaded from the input under masks that keep the window inside
 the image (a direct convolution; no im2col is ever built).
 
-A constant B (a model's weights) comes packed already, by schedule/panels.py when
+A constant B (a model's weights) comes packed already, by schedule/heuristics/panels.py when
 compiling (``Gemm.panels``): no packing at all, and the micro-panels are read from that
 copy (``_Gemm.copy_tile``).
 
@@ -73,7 +73,7 @@ class Gemm:
     epilogue: tuple[Statement, ...] = ()
     """Finish each accumulator on the last K block, before the store."""
     panels: str | None = None
-    """The constant B's copy packed when compiling (schedule/panels.py), which the GEMM
+    """The constant B's copy packed when compiling (schedule/heuristics/panels.py), which the GEMM
     reads instead of packing B."""
 
     def operands(self, buffers) -> list[tuple[Statement, Access, Affine, int]]:

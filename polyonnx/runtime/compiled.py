@@ -47,9 +47,9 @@ from polyonnx.krnl.lower import lower, supported_ops
 from polyonnx.krnl.verify import check_bounds
 from polyonnx.runtime.cache import Entry
 from polyonnx.runtime.memory import ARENA, Layout, plan_memory
-from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.gemm import geometry
-from polyonnx.schedule.panels import pack_constants
+from polyonnx.schedule.heuristics.default import default_schedule
+from polyonnx.schedule.heuristics.panels import pack_constants
 from polyonnx.schedule.tree import KernelSchedule
 from polyonnx.target import Target, host_target
 
@@ -272,7 +272,7 @@ class MemoryUse:
     constants: int
     """The model's constants, with ``panels`` among them."""
     panels: int
-    """Copies of GEMM weights packed when compiling (schedule/panels.py)."""
+    """Copies of GEMM weights packed when compiling (schedule/heuristics/panels.py)."""
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The GEMM view of a contraction, which the ``ukernel`` schedule (schedule/ukernel.py) runs
-as packed, cache-tiled, register-blocked GEMM (emitted by emit/ukernel.py).
+"""The GEMM view of a contraction, which the ``ukernel`` schedule (schedule/heuristics/ukernel.py)
+runs as packed, cache-tiled, register-blocked GEMM (emitted by emit/ukernel.py).
 
 A contraction ``C[..] += A[..] * B[..]`` (MatMul, Gemm, batched products, Conv as implicit
 GEMM) is read as, for every value of its *outer* dims,
@@ -21,7 +21,7 @@ is implicit GEMM; the packed panel is im2col for one block only. Where the Conv 
 stride-1 and keeps its rows' length, B can instead be read in place, a window of taps at a
 time under masks (``Taps``, packb=0): no im2col at all.
 
-Schedule (schedule/ukernel.py): the statement's loops become ``outer.. / m / n.. / k..``
+Schedule (schedule/heuristics/ukernel.py): the statement's loops become ``outer.. / m / n.. / k..``
 with a ``ukernel`` mark above ``m``; the mark carries the parameters (MR, NR, KC, MC, NC,
 K-unroll, and how the GEMM is split over threads). The reduction keeps its order: each C
 element is loaded into its accumulator, gets its products added in the original k order,

@@ -24,16 +24,16 @@ import islpy as isl
 
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel
-from polyonnx.schedule import annotate, fuse
-from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.deps import dependences
+from polyonnx.schedule.heuristics.default import default_schedule
+from polyonnx.schedule.heuristics.ukernel import ukernel_state
 from polyonnx.schedule.legality import broken_order
-from polyonnx.schedule.pack import pack as pack_buffer
-from polyonnx.schedule.reorder import reorder as reorder_loops
-from polyonnx.schedule.split import split as split_loop
+from polyonnx.schedule.primitives import annotate, fuse
+from polyonnx.schedule.primitives.pack import pack as pack_buffer
+from polyonnx.schedule.primitives.reorder import reorder as reorder_loops
+from polyonnx.schedule.primitives.split import split as split_loop
 from polyonnx.schedule.state import State
 from polyonnx.schedule.tree import KernelSchedule
-from polyonnx.schedule.ukernel import ukernel_state
 from polyonnx.target import host_target
 
 
@@ -144,8 +144,8 @@ class Schedule:
 
     def ukernel(self, **params: Any) -> None:
         """Run the kernel's contraction as packed, cache-tiled GEMM with an MR x NR register
-        tile (schedule/ukernel.py): ``mr``, ``nr`` (a multiple of the SIMD width), ``kc``,
-        ``mc``, ``nc``, ``unroll`` (of the K loop) and ``split`` ("none", "rows" or
+        tile (schedule/heuristics/ukernel.py): ``mr``, ``nr`` (a multiple of the SIMD
+        width), ``kc``, ``mc``, ``nc``, ``unroll`` (of the K loop) and ``split`` ("none", "rows" or
         "cols": how threads share one GEMM). Unnamed parameters take the default's values.
         Precondition: one statement is a float32 contraction whose left operand is
         contiguous along the reduction, and its loops are still untransformed."""

@@ -23,7 +23,8 @@ UNROLL = "unroll"
 PARALLEL = "parallel"
 UKERNEL = "ukernel"
 TRANSPOSE = "transpose"
-"""On a tile's outer loop: the tile is transposed in registers (schedule/transpose.py)."""
+"""On a tile's outer loop: the tile is transposed in registers
+(schedule/heuristics/transpose.py)."""
 MARKS = (VECTORIZE, UNROLL, PARALLEL)
 
 

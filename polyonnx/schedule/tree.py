@@ -30,7 +30,7 @@ class KernelSchedule:
     state: State | None = field(default=None, compare=False, repr=False)
     panels: tuple[tuple[str, str], ...] = ()
     """(B, its panel copy) for a GEMM whose constant B was packed when compiling
-    (schedule/panels.py): the kernel's code reads the copy, which it is passed too."""
+    (schedule/heuristics/panels.py): the kernel's code reads the copy, which it is passed too."""
 
     def buffers(self) -> tuple[str, ...]:
         """The kernel's buffers, then the panel copies: its code's pointer arguments."""

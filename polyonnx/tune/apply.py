@@ -21,7 +21,7 @@ from importlib import resources
 
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Program
-from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.heuristics.default import default_schedule
 from polyonnx.schedule.tree import KernelSchedule
 from polyonnx.tune.db import Database, Key, Trial
 from polyonnx.tune.runner import kernel_schedule

@@ -27,7 +27,7 @@ import numpy as np
 from polyonnx.errors import PolyonnxError, ScheduleError
 from polyonnx.krnl.ir import Program
 from polyonnx.runtime.compiled import CompiledModel, compile_program
-from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.heuristics.default import default_schedule
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.tree import KernelSchedule
 from polyonnx.tune.tasks import kernel_program, rename_trace

@@ -3,8 +3,8 @@
 A point of the space (a *genome*) maps each knob to a value; :meth:`Space.trace` turns
 it into the trace that the worker replays, and that the database stores.
 
-- A contraction (packed GEMM, schedule/ukernel.py): the micro-kernel's MR, NR, KC, MC, NC,
-  K unroll, thread split, A/B packing and, for batches, a parallel batch loop:
+- A contraction (packed GEMM, schedule/heuristics/ukernel.py): the micro-kernel's MR,
+  NR, KC, MC, NC, K unroll, thread split, A/B packing and, for batches, a parallel batch loop:
   ``[ukernel(mr=.., nr=.., ...), parallel(n_g)]``.
 - Any other kernel: the default heuristic's schedule or another loop order of its main
   statement (vectorising the new innermost loop), then optionally its outermost loop on
@@ -27,9 +27,9 @@ from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel
 from polyonnx.krnl.islutil import dim_names, extents
 from polyonnx.schedule.gemm import Geometry, geometry
-from polyonnx.schedule.gemm_defaults import default_params, vector_registers
 from polyonnx.schedule.gemm_taps import b_row_stride, b_taps
-from polyonnx.schedule.panels import packs_once
+from polyonnx.schedule.heuristics.gemm_defaults import default_params, vector_registers
+from polyonnx.schedule.heuristics.panels import packs_once
 from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.state import PARALLEL
 
@@ -95,7 +95,7 @@ def space_for(
     kernel: Kernel, buffers: Mapping[str, Buffer], threads: int, lanes: int, program=None
 ) -> Space:
     """The GEMM space for a kernel the micro-kernel can run, else the loops space. With
-    the ``program``, a GEMM whose B compiling packs once (schedule/panels.py) keeps its
+    the ``program``, a GEMM whose B compiling packs once (schedule/heuristics/panels.py) keeps its
     default ``packb``: either value runs the same code."""
     found = [g for g in (geometry(s, buffers) for s in kernel.statements) if g is not None]
     if len(found) == 1 and _ukernel_ok(kernel, buffers):

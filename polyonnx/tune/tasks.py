@@ -29,7 +29,7 @@ from polyonnx.krnl.ir import (
     map_loads,
     renamed,
 )
-from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.heuristics.default import default_schedule
 from polyonnx.schedule.tree import KernelSchedule
 
 

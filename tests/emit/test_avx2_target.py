@@ -114,7 +114,7 @@ def test_avx2_conv_read_in_place_matches_numpy(avx2):
 
 @pytest.mark.parametrize("n", [40, 43])
 def test_avx2_gemm_reads_its_weights_packed_once(avx2, n):
-    """A constant B packed when compiling (schedule/panels.py) in 16-column panels: whole
+    """A constant B packed when compiling (schedule/heuristics/panels.py) in 16-column panels: whole
     panels, the last one partly zero, and a tail of dot-product columns (n = 43)."""
     m, k = 13, 70
     rng = np.random.default_rng(n)
@@ -131,7 +131,7 @@ def test_avx2_gemm_reads_its_weights_packed_once(avx2, n):
 
 @pytest.mark.parametrize("shape", [(8, 8), (20, 37), (64, 24)])
 def test_avx2_transposes_in_8_by_8_tiles(avx2, shape):
-    """schedule/transpose.py's tiles are the vector width: 8 x 8 with AVX2, whole and
+    """schedule/heuristics/transpose.py's tiles are the vector width: 8 x 8 with AVX2, whole and
     sticking out."""
     node = helper.make_node("Transpose", ["x"], ["y"], name="t", perm=[1, 0])
     model = make_model([node], [value_info("x", F32, shape)], [value_info("y", F32, shape[::-1])])

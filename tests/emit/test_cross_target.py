@@ -22,8 +22,8 @@ from polyonnx.krnl.lower import lower, supported_ops
 from polyonnx.krnl.verify import check_bounds
 from polyonnx.runtime.compiled import compile_program, optimize
 from polyonnx.runtime.memory import plan_memory
-from polyonnx.schedule.default import default_schedule
-from polyonnx.schedule.panels import pack_constants
+from polyonnx.schedule.heuristics.default import default_schedule
+from polyonnx.schedule.heuristics.panels import pack_constants
 from polyonnx.target import Target, host_target, make_target
 from tests.helpers import make_model, random_array, sum_tol, value_info
 

@@ -20,7 +20,7 @@ from polyonnx.krnl.ir import Buffer
 from polyonnx.krnl.ops import phases
 from polyonnx.krnl.ops.conv import Axis
 from polyonnx.runtime.compiled import lower_model
-from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.heuristics.default import default_schedule
 from polyonnx.target import host_target
 from tests.helpers import (
     fast,

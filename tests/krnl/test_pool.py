@@ -17,8 +17,8 @@ import polyonnx
 from polyonnx.frontend import load_graph
 from polyonnx.krnl.lower import lower
 from polyonnx.runtime.compiled import compile_program
-from polyonnx.schedule.default import default_schedule
-from polyonnx.schedule.stencil import stencil_schedule
+from polyonnx.schedule.heuristics.default import default_schedule
+from polyonnx.schedule.heuristics.stencil import stencil_schedule
 from polyonnx.schedule.tree import VECTORIZE
 from tests.helpers import (
     MATH_TOL,

@@ -21,7 +21,7 @@ from polyonnx.krnl.ir import Buffer
 from polyonnx.krnl.ops import winograd
 from polyonnx.krnl.ops.conv import Axis
 from polyonnx.runtime.compiled import lower_model
-from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.heuristics.default import default_schedule
 from polyonnx.target import host_target
 from tests.helpers import fast, make_model, random_array, seeds, square_conv_model, value_info
 from tests.krnl.test_conv import conv_ref, out_size

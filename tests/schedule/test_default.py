@@ -11,7 +11,7 @@ from onnx import helper
 
 import polyonnx
 from polyonnx.runtime.compiled import lower_model
-from polyonnx.schedule.default import default_schedule
+from polyonnx.schedule.heuristics.default import default_schedule
 from polyonnx.schedule.pseudo_c import pseudo_c
 from tests.helpers import (
     FLOAT_TOL,

@@ -13,8 +13,8 @@ from polyonnx.frontend.graph import Graph, Node, Value
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.islutil import dim_names
 from polyonnx.krnl.lower import lower
-from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.deps import check_legal, dependences
+from polyonnx.schedule.heuristics.default import default_schedule
 from polyonnx.schedule.tree import LoopNest, sequence_tree
 
 

@@ -1,4 +1,4 @@
-"""The depthwise schedule (schedule/depthwise.py): which kernels take it, and depthwise
+"""The depthwise schedule (schedule/heuristics/depthwise.py): which kernels take it, and depthwise
 convolutions against numpy on hypothesis shapes (odd and prime widths, rows wide enough
 for the schedule, strides, pads, dilations, channel multipliers, bias)."""
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from polyonnx.krnl.ir import Buffer
-from polyonnx.schedule.depthwise import depthwise_schedule
+from polyonnx.schedule.heuristics.depthwise import depthwise_schedule
 from tests.helpers import check_node, const, conv2d_reference, fast, sum_tol
 
 
@@ -164,7 +164,7 @@ def test_padded_depthwise_convs_read_a_zero_padded_copy(
 
 
 def test_short_row_depthwise_runs_a_channel_at_a_time_where_planes_fit():
-    from polyonnx.schedule.default import default_schedule
+    from polyonnx.schedule.heuristics.default import default_schedule
 
     for width, fused in ((28, True), (7, False)):  # 8 rows: 238-point and 70-point passes
         kernel, buffers = _kernel(16, 16, width)

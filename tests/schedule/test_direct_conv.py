@@ -18,10 +18,10 @@ import polyonnx
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ops import winograd
 from polyonnx.runtime.compiled import lower_model
-from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.gemm import geometry
-from polyonnx.schedule.gemm_defaults import default_params
 from polyonnx.schedule.gemm_taps import b_taps, tap_lines, tap_span
+from polyonnx.schedule.heuristics.default import default_schedule
+from polyonnx.schedule.heuristics.gemm_defaults import default_params
 from polyonnx.target import host_target
 from tests.helpers import (
     fast,

@@ -1,4 +1,4 @@
-"""A GEMM's constant B packed when compiling (schedule/panels.py, emit/ukernel.py's
+"""A GEMM's constant B packed when compiling (schedule/heuristics/panels.py, emit/ukernel.py's
 ``copy_tile``), against numpy on hypothesis shapes and ukernel parameters: columns past
 the last whole panel, K blocks, transposed weights, threads over columns and rows."""
 
@@ -14,7 +14,7 @@ import polyonnx
 from polyonnx.errors import ScheduleError
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.schedule.gemm import Params
-from polyonnx.schedule.panels import MARK, pack_constants, panel_name
+from polyonnx.schedule.heuristics.panels import MARK, pack_constants, panel_name
 from polyonnx.tune.space import space_for
 from tests.helpers import fast, make_model, random_array, seeds, sum_tol, value_info
 

@@ -1,5 +1,5 @@
-"""Transposes that turn rows (schedule/transpose.py, emit/transpose.py): tiles transposed in
-registers, whole and (under masks) sticking out of the data, against numpy on hypothesis
+"""Transposes that turn rows (schedule/heuristics/transpose.py, emit/transpose.py): tiles transposed
+in registers, whole and (under masks) sticking out of the data, against numpy on hypothesis
 shapes."""
 
 from __future__ import annotations

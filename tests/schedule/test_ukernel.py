@@ -1,4 +1,4 @@
-"""The ukernel schedule (packed GEMM, schedule/ukernel.py + emit/ukernel.py) and epilogue
+"""The ukernel schedule (packed GEMM, schedule/heuristics/ukernel.py + emit/ukernel.py) and epilogue
 fusion (krnl/epilogue.py), against numpy on hypothesis shapes: odd sizes, partial row and
 column tiles, K blocks, padded/strided/dilated/grouped convs, and fused epilogues."""
 
@@ -18,9 +18,9 @@ from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ops import winograd
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.runtime.memory import plan_memory
-from polyonnx.schedule.default import default_schedule
 from polyonnx.schedule.gemm import geometry, is_ukernel_mark
-from polyonnx.schedule.gemm_defaults import default_params, vector_registers
+from polyonnx.schedule.heuristics.default import default_schedule
+from polyonnx.schedule.heuristics.gemm_defaults import default_params, vector_registers
 from polyonnx.target import host_target
 from tests.helpers import (
     conv2d_reference,

@@ -527,7 +527,7 @@ def _unregistered(ctx: LowerContext, name: str) -> Buffer:
 PADDED_ROW = 64
 """Output rows from which a padded stride-1 depthwise 2-D Conv first copies its input
 into a zero-padded temp: every row block of the depthwise schedule
-(schedule/depthwise.py) then has all its taps inside, and runs as vector code; reading
+(schedule/heuristics/depthwise.py) then has all its taps inside, and runs as vector code; reading
 the input in place, a row's first and last blocks leave out the taps that fall in the
 padding, and run as scalar code. Measured, 3x3 depthwise 32 x 112 x 112: 1 thread 207 ->
 160 us (onnxruntime 163-165), 2 threads 104 us (onnxruntime 110). Strided rows read the

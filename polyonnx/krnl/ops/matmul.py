@@ -70,7 +70,7 @@ SPLIT_K_BYTES = 8 << 20
 """A one-row MatMul (a matrix-vector product) whose B is at least this big, and whose K
 SPLIT_K divides, sums each of SPLIT_K parts of K into its own row of a temp, then adds the
 rows: the parts run on threads, each reading its rows of B start to end, where column
-chunks of every row (schedule/blocking.py's GEMV_CHUNKS) read each row in pieces, one per
+chunks of every row (schedule/heuristics/blocking.py's GEMV_CHUNKS) read each row in pieces, one per
 pass. B that big comes from memory either way. Measured on a Zen 5, 1 x 4096 x 4096, time
 ratio to numpy, one process, batches of 10 calls in alternating rounds, column chunks ->
 parts of K: 1 thread 0.924 -> 0.807 and 0.915 -> 0.793, 2 threads 0.991 -> 0.824. In
@@ -87,7 +87,7 @@ numpy's own 1.96-1.99 ms; a hand-written loop alike, 1.18-1.25 ms on lines, 1.58
 16 bytes off."""
 SIDE_BY_SIDE = 8
 """Slices each part of K reads side by side, row k of each at a time (or the largest power
-of two below it that divides the part, 1 at least); at most schedule/blocking.py's
+of two below it that divides the part, 1 at least); at most schedule/heuristics/blocking.py's
 ROW_BLOCK, which reads rows in a row otherwise: one core reads memory faster along a few
 streams far apart than along rows in a row. Measured on a Zen 5, 1 x 4096 x 4096,
 ratio to numpy's time, one process, alternating rounds: 1 thread 1 -> 4 -> 8 slices

@@ -51,7 +51,8 @@ packed from the input -> over phases, onnxruntime: 128 at 56 2.74 -> 2.29 ms (1.
 and over, its weights in cache; in light ResNet-50 they come from memory. There, 30
 rounds per kernel, packed -> over phases, one process: 128 at 56 1 thread 2.78-2.87 ->
 2.60-2.62 ms, 2 threads 1.34-1.44 -> 1.20-1.29 (its rows split, TAPS_ROWS_BYTES in
-schedule/gemm_defaults.py); 256 at 28 1 thread within 0.03 ms, 2 threads 1.38-1.49 -> 1.33-1.41."""
+schedule/heuristics/gemm_defaults.py); 256 at 28 1 thread within 0.03 ms, 2 threads
+1.38-1.49 -> 1.33-1.41."""
 
 MIN_WINDOW_DEPTH = 144
 """Input channels x taps a group from which a strided Conv runs over phases: with less,

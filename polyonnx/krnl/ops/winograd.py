@@ -25,7 +25,7 @@ largest errors 3e-5 to 1e-4 on outputs of scale 5 at 64 to 512 channels, against
 side and more. The GEMM kernel keeps the node's name: a schedule script or the tuner
 that picks the node's Conv gets its contraction. The transforms' passes share the batch and channel
 dims, so the default schedule runs each transform kernel a channel at a time
-(TRANSFORMS in schedule/default.py).
+(TRANSFORMS in schedule/heuristics/default.py).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ SPLIT = 4
 columns are then read along the tiles at a stride of STEP / SPLIT. 128 -> 128 at 56, 1
 thread, the input transform: split by 8 (a window's columns contiguous along the tiles,
 but the copy reads a stride of 8, one element at a time) 158 us, by 4 146 us, by 2 179 us
-(emit/codegen.py reads strides up to schedule/nest.py's MAX_STRIDE by shuffles)."""
+(emit/codegen.py reads strides up to schedule/heuristics/nest.py's MAX_STRIDE by shuffles)."""
 
 BT = np.array(
     [[2, -1, -2, 1, 0], [0, 2, 1, -1, 0], [0, -2, 3, -1, 0], [0, -1, 0, 1, 0], [0, 2, -1, -2, 1]],

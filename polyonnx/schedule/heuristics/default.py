@@ -16,19 +16,19 @@ from collections.abc import Mapping
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel, Statement, loads
 from polyonnx.krnl.islutil import dim_names, extents
-from polyonnx.schedule import annotate
-from polyonnx.schedule.blocking import blocked_schedule
 from polyonnx.schedule.deps import dependences
-from polyonnx.schedule.depthwise import depthwise_schedule
 from polyonnx.schedule.gemm import Geometry, Params, is_ukernel_mark
-from polyonnx.schedule.gemm_defaults import default_params, vector_registers, worth_it
-from polyonnx.schedule.nest import loop_name, loop_nest
-from polyonnx.schedule.rows import row_fused_schedule
+from polyonnx.schedule.heuristics.blocking import blocked_schedule
+from polyonnx.schedule.heuristics.depthwise import depthwise_schedule
+from polyonnx.schedule.heuristics.gemm_defaults import default_params, vector_registers, worth_it
+from polyonnx.schedule.heuristics.nest import loop_name, loop_nest
+from polyonnx.schedule.heuristics.rows import row_fused_schedule
+from polyonnx.schedule.heuristics.stencil import stencil_schedule, window_orders
+from polyonnx.schedule.heuristics.transpose import transpose_schedule
+from polyonnx.schedule.heuristics.ukernel import ukernel_schedule
+from polyonnx.schedule.primitives import annotate
 from polyonnx.schedule.state import PARALLEL, Nest, State, Var
-from polyonnx.schedule.stencil import stencil_schedule, window_orders
-from polyonnx.schedule.transpose import transpose_schedule
 from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
-from polyonnx.schedule.ukernel import ukernel_schedule
 from polyonnx.target import host_target
 
 
@@ -38,16 +38,16 @@ def default_schedule(
     lanes: int | None = None,
     registers: int | None = None,
 ) -> KernelSchedule:
-    """For ``lanes`` float32 SIMD lanes and ``registers`` vector registers (the host's
-    when neither is given; given ``lanes`` alone, x86's registers of that width:
-    gemm_defaults.py's vector_registers): a contraction as packed GEMM
-    (schedule/ukernel.py), a depthwise convolution in SIMD row blocks
-    (schedule/depthwise.py), or register-blocked (schedule/blocking.py); a copy that
-    turns rows in tiles transposed in registers (schedule/transpose.py); a row-wise kernel
-    fused per row (schedule/rows.py); a pooling window around SIMD rows
-    (schedule/stencil.py); otherwise each statement in its own default loop nest
-    (schedule/nest.py). Big kernels of the last three kinds also run their outermost loop
-    on threads."""
+    """For ``lanes`` float32 SIMD lanes and ``registers`` vector registers (the host's when
+    neither is given; given ``lanes`` alone, x86's registers of that width: gemm_defaults.py's
+    vector_registers): a contraction as packed GEMM (schedule/heuristics/ukernel.py), a
+    depthwise convolution in SIMD row blocks (schedule/heuristics/depthwise.py), or
+    register-blocked (schedule/heuristics/blocking.py); a copy that turns rows in tiles
+    transposed in registers (schedule/heuristics/transpose.py); a row-wise kernel fused per row
+    (schedule/heuristics/rows.py); a pooling window around SIMD rows
+    (schedule/heuristics/stencil.py); otherwise each statement in its own default loop nest
+    (schedule/heuristics/nest.py). Big kernels of the last three kinds also run their outermost
+    loop on threads."""
     if lanes is None:
         host = host_target()
         lanes, registers = host.lanes(4), registers or host.vector_registers
@@ -79,7 +79,7 @@ def default_schedule(
 
 def _pool_schedule(kernel: Kernel, buffers: Mapping[str, Buffer], lanes: int):
     """A pool that reduces windows (its border tap by tap, maybe) a channel at a time,
-    each window reduction with its window around SIMD output rows (schedule/stencil.py):
+    each window reduction with its window around SIMD output rows (schedule/heuristics/stencil.py):
     the channel's outputs stay in L1 from its init to its interior. A pool through a
     padded copy (no window reduction) a channel at a time if its planes are small
     (POOL_PLANE), else pass by pass.

@@ -13,20 +13,20 @@ from dataclasses import fields, replace
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel, Statement
 from polyonnx.krnl.islutil import dim_names
-from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.gemm import Geometry, Params, geometry
-from polyonnx.schedule.gemm_defaults import (
+from polyonnx.schedule.gemm_epilogue import epilogue_statements, epilogue_var, prologue_statement
+from polyonnx.schedule.gemm_taps import b_row_stride, b_taps
+from polyonnx.schedule.heuristics.gemm_defaults import (
     PARALLEL_WORK,
     SCRATCH_BYTES,
     default_params,
     scratch_bytes,
     vector_registers,
 )
-from polyonnx.schedule.gemm_epilogue import epilogue_statements, epilogue_var, prologue_statement
-from polyonnx.schedule.gemm_taps import b_row_stride, b_taps
+from polyonnx.schedule.heuristics.nest import loop_name, loop_nest
 from polyonnx.schedule.legality import broken_order
-from polyonnx.schedule.nest import loop_name, loop_nest
+from polyonnx.schedule.primitives import annotate
 from polyonnx.schedule.state import Nest, State, Var
 from polyonnx.schedule.tree import KernelSchedule
 

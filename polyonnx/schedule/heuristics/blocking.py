@@ -41,12 +41,12 @@ import islpy as isl
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Binary, Buffer, Kernel, Load, Statement
 from polyonnx.krnl.islutil import dim_names, extents, flat_stride, parse_set, tuple_names
-from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
-from polyonnx.schedule.gemm_defaults import PARALLEL_WORK
+from polyonnx.schedule.heuristics.gemm_defaults import PARALLEL_WORK
 from polyonnx.schedule.legality import broken_order
-from polyonnx.schedule.reorder import reorder
-from polyonnx.schedule.split import split
+from polyonnx.schedule.primitives import annotate
+from polyonnx.schedule.primitives.reorder import reorder
+from polyonnx.schedule.primitives.split import split
 from polyonnx.schedule.state import State
 from polyonnx.schedule.tree import KernelSchedule
 

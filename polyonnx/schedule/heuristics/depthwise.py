@@ -42,10 +42,10 @@ from polyonnx.krnl.islutil import (
     parse_set,
     tuple_names,
 )
-from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.legality import broken_order
-from polyonnx.schedule.split import fresh
+from polyonnx.schedule.primitives import annotate
+from polyonnx.schedule.primitives.split import fresh
 from polyonnx.schedule.state import Nest, State, Var, time_map
 from polyonnx.schedule.tree import KernelSchedule
 
@@ -55,7 +55,7 @@ stride-2 rows from one vector. Measured (1 thread): MobileNet's 32 x 112 x 112 r
 -> 208 us, ShuffleNet's stride-2 112 x 56 -> 28 241 -> 167 us; but 28- and 14-wide
 stride-1 rows got slower (199 -> 390, 81 -> 90 us: every block is an edge block)."""
 PARALLEL_POINTS = 1 << 20
-"""As schedule/default.py's: update instances from which the outermost loop runs on
+"""As schedule/heuristics/default.py's: update instances from which the outermost loop runs on
 threads."""
 MAX_TAPS = 49
 """Window points (7 x 7) up to which the taps are unrolled inside the row block."""
@@ -285,7 +285,7 @@ def _plan(stmt: Statement, buffers: Mapping[str, Buffer]) -> Plan | None:
     spatial = [p for p in range(len(names)) if p not in reduced and weight[p] == 0]
     allowed = set().union(*(_axes(operands[moving[0]], p) for p in spatial))
     if any(not _axes(operands[moving[0]], p) <= allowed for p in window):
-        return None  # a reduction over channels: a contraction (schedule/blocking.py)
+        return None  # a reduction over channels: a contraction (schedule/heuristics/blocking.py)
     if math.prod(sizes[p] for p in window) > MAX_TAPS:
         return None
     outer = [names[p] for p in range(len(names)) if p != row and p not in reduced]

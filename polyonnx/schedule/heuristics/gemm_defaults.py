@@ -307,7 +307,7 @@ light ShuffleNet went 5.5 -> 4.4 ms and SqueezeNet 5.2 -> 4.5 ms against 10M."""
 BATCHED_SPLIT_WORK = 10 * PARALLEL_WORK
 """The same for one GEMM of a batch: below it the GEMM is not split, and the batch loop
 runs on threads instead (attention's per-head products; see _threads_over_batches in
-schedule/ukernel.py)."""
+schedule/heuristics/ukernel.py)."""
 
 
 SCRATCH_BYTES = 3 << 20

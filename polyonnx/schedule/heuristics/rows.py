@@ -22,10 +22,10 @@ from collections.abc import Mapping, Sequence
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel
 from polyonnx.krnl.islutil import dim_names, extents
-from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
+from polyonnx.schedule.heuristics.nest import loop_name, loop_nest
 from polyonnx.schedule.legality import broken_order
-from polyonnx.schedule.nest import loop_name, loop_nest
+from polyonnx.schedule.primitives import annotate
 from polyonnx.schedule.state import Nest, State, Var
 from polyonnx.schedule.tree import KernelSchedule, LoopNest
 

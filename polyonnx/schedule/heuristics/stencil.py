@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel, Statement, loads
 from polyonnx.krnl.islutil import dim_names, extents, flat_stride
-from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.legality import broken_order
-from polyonnx.schedule.reorder import reorder
+from polyonnx.schedule.primitives import annotate
+from polyonnx.schedule.primitives.reorder import reorder
 from polyonnx.schedule.state import State
 from polyonnx.schedule.tree import KernelSchedule
 

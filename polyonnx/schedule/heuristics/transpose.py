@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel, Load
 from polyonnx.krnl.islutil import dim_names, extents, flat_stride
-from polyonnx.schedule import annotate
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.legality import broken_order
-from polyonnx.schedule.split import fresh
+from polyonnx.schedule.primitives import annotate
+from polyonnx.schedule.primitives.split import fresh
 from polyonnx.schedule.state import TRANSPOSE, Nest, State, Var
 from polyonnx.schedule.tree import KernelSchedule
 
