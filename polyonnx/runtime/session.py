@@ -18,7 +18,6 @@ Every input is validated — name, dtype, rank, shape — before native code run
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ import onnx
 from polyonnx.aligned import ALIGN
 from polyonnx.errors import InputError, PolyonnxError, ValueRequiredError
 from polyonnx.frontend.graph import Dim, Graph, Value
-from polyonnx.frontend.load import load_graph, load_model
+from polyonnx.frontend.load import load_graph, load_model, model_digest
 from polyonnx.krnl.lower import supported_ops
 from polyonnx.runtime.cache import CompileCache, cache_key, enabled_by_default
 from polyonnx.runtime.compiled import (
@@ -143,7 +142,8 @@ class InferenceSession:
             return
         self._cache = _compile_cache(cache)
         self._model = load_model(model)
-        self._set_graph(load_graph(self._model, supported_ops=supported_ops()))
+        self._source = model if isinstance(model, str | os.PathLike) else self._model
+        self._set_graph(load_graph(self._model, supported_ops=supported_ops(), checked=True))
         if self._static:
             try:
                 self._keep({}, self._compile(self.graph, {}))
@@ -167,9 +167,10 @@ class InferenceSession:
         )
         self._compiled[self._key({})] = library
 
-    def _compile(self, graph: Graph, feed: Mapping[str, np.ndarray]) -> CompiledModel:
-        """Native code for ``graph`` (shapes and values of ``feed``): from the compile
-        cache where it has them, else compiled (and stored there)."""
+    def _compile(self, graph: Graph | None, feed: Mapping[str, np.ndarray]) -> CompiledModel:
+        """Native code for ``graph`` (None: the model specialised to the shapes and values
+        of ``feed``, loaded only when the compile cache does not have its code), else
+        compiled (and stored there)."""
         offsets = self._offsets(feed)
         key = None
         if self._cache is not None:
@@ -181,6 +182,8 @@ class InferenceSession:
                 )
                 compiled.set_threads(self.threads)
                 return compiled
+        if graph is None:
+            graph = self._specialised(feed)
         compiled = compile_graph(
             graph, self._target, profile=self.profiling, records=self.records, input_offsets=offsets
         )
@@ -189,12 +192,22 @@ class InferenceSession:
             self._cache.store(key, compiled.cache_entry())
         return compiled
 
+    def _specialised(self, feed: Mapping[str, np.ndarray]) -> Graph:
+        """The model's graph for ``feed``'s shapes and its value inputs' values."""
+        return load_graph(
+            self._model,
+            supported_ops=supported_ops(),
+            input_shapes={name: tuple(array.shape) for name, array in feed.items()},
+            input_values={name: feed[name] for name in self._value_inputs},
+            checked=True,
+        )
+
     def _cache_key(self, feed: Mapping[str, np.ndarray], offsets: Mapping[str, int]) -> str:
         """Everything that changes the code compiled for ``feed``."""
         from polyonnx import __version__
 
         if self._digest is None:
-            self._digest = hashlib.sha256(self._model.SerializeToString()).hexdigest()
+            self._digest = model_digest(self._source)
         return cache_key(
             {
                 "model": self._digest,
@@ -250,13 +263,8 @@ class InferenceSession:
         first use and cached."""
         key = self._key(feed)
         while key not in self._compiled:
-            shapes = {name: tuple(arr.shape) for name, arr in feed.items()}
-            values = {name: feed[name] for name in self._value_inputs}
-            graph = load_graph(
-                self._model, supported_ops=supported_ops(), input_shapes=shapes, input_values=values
-            )
             try:
-                self._keep(feed, self._compile(graph, feed))
+                self._keep(feed, self._compile(None, feed))
                 key = self._key(feed)
             except ValueRequiredError as exc:
                 if set(exc.inputs) <= set(self._value_inputs):

@@ -123,3 +123,21 @@ def test_unwritable_cache_directory_still_compiles(tmp_path):
     session = polyonnx.InferenceSession(_relu(3), cache=blocked / "cache")
     x = np.full((3, 40), -1.0, np.float32)
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.zeros_like(x))
+
+
+def test_changed_external_data_is_a_new_key(tmp_path):
+    """The key hashes the bytes on disk, the weights' file beside the model too."""
+    import shutil
+
+    from polyonnx.frontend.load import model_digest
+
+    source = Path(__file__).resolve().parents[2] / "tests" / "data" / "torch"
+    for name in ("resnet_dynamo.onnx", "resnet_dynamo.data"):
+        shutil.copy(source / name, tmp_path / name)
+    model = tmp_path / "resnet_dynamo.onnx"
+    before = model_digest(model)
+    data = bytearray((tmp_path / "resnet_dynamo.data").read_bytes())
+    data[-1] ^= 1
+    (tmp_path / "resnet_dynamo.data").write_bytes(bytes(data))
+    assert model_digest(model) != before
+    assert model_digest(model) == model_digest(str(model))
