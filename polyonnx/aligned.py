@@ -2,13 +2,8 @@
 
 numpy aligns big arrays to 16 bytes only. A GEMM's 16-float tile rows of C (and B read in
 place) then straddle two cache lines at every vector load and store. The arena, the output
-arrays a model allocates and its constants start at ALIGN bytes instead. Measured 1
-thread, one process, 16 -> 64 bytes:
-
-- outputs: MatMul 4096x64x4096 40.1 -> 33.4 ms, 1024^3 30.8 -> 29.5 ms, 1000^3 30.4 ->
-  29.1 ms, 512^3 3.86 -> 3.74 ms;
-- constants (weights a GEMM reads in place): examples/mlp.onnx 1.35 -> 1.13 times
-  onnxruntime's time, light AlexNet 0.875 -> 0.818 (its 4096-wide Gemms).
+arrays a model allocates and its constants start at ALIGN bytes instead, which measured
+faster for both outputs and constants (docs/measurements.md, '64-byte aligned arrays').
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ An entry is one file named by the key of everything that changes the code (the m
 bytes, input shapes and values, the target CPU and its features, the polyonnx and LLVM
 versions, the tuning records in force, profiling). It holds the object files, the entry's
 ABI and the constants, each at a cache-line offset, and starts with a CRC-32 of the rest:
-a truncated or damaged entry fails the check and is compiled again, never loaded. (CRC-32
-runs at 4.7 GB/s here, SHA-256 at 1.4: a BERT-base entry is 740 MB. It detects damage, not
-tampering: the cache directory is the user's own.) Entries
+a truncated or damaged entry fails the check and is compiled again, never loaded. CRC-32
+is the fastest check Python has (docs/measurements.md, 'Cache entry checksum'); it
+detects damage, not tampering: the cache directory is the user's own. Entries
 are written to a temporary name and renamed into place, so processes compiling the same
 model at once all succeed. Past the size cap the least recently used entries go.
 

@@ -234,8 +234,7 @@ of an earlier run that nothing outside the model references any more, and alloca
 one only when every kept array is still in use (two cover the usual loop, which holds the
 last result while it asks for the next). A fresh array of more than the C library's mmap
 threshold (32 MB at most) comes from the kernel as zeroed pages, faulted in while the
-kernel writes: MatMul 4096x64x4096 (a 64 MB result) took 37 ms a run with a new array each
-time and 26.5 ms reusing one (1 thread, a process each)."""
+kernel writes (docs/measurements.md, 'Output arrays reused')."""
 
 
 @dataclass(frozen=True)
@@ -455,8 +454,9 @@ class CompiledModel:
 
 def address(array: np.ndarray) -> int:
     """The address of a C-contiguous array's data: through ctypes' buffer view where the
-    array is writable and not empty, 0.3 us, where ``array.ctypes.data`` takes 1.8 (a run
-    of a small model takes an address per input and output)."""
+    array is writable and not empty, several times faster than ``array.ctypes.data`` (a run
+    of a small model takes an address per input and output; docs/measurements.md, 'An
+    array's address')."""
     try:
         return ctypes.addressof(ctypes.c_char.from_buffer(array))
     except (TypeError, ValueError):  # read-only, or no bytes

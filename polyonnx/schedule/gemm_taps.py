@@ -29,14 +29,9 @@ def b_row_stride(geo: Geometry) -> int | None:
 MAX_TAPS = 49
 """Most taps per channel read in place (a 7x7 window). Up to emit/taps.py's
 ROLLED_TAPS taps (with AVX2 all) are unrolled in the K loop, each with its own masks;
-more run as a loop over tables of their offsets and masks. Measured against packing the
-window, ratio to onnxruntime's time, 1 thread: on a Zen 5 (8 x 32 tile, taps rolled), 5x5
-128->128 at 28x28 1.18 -> 0.94, the 7x7 stride-2 stem over its phases 1.19 -> 0.96; as
-AVX2 code on the Zen 5, the stem 2.47 -> 2.02 ms; on a Zen 3 (AVX2, 6 x 16 tile,
-unrolled), 5x5 pad 2: 16->32 at 27x27 2.72 -> 1.18, 32->96 at 27x27 1.62 -> 1.21, 24->64
-at 13x13 1.78 -> 0.97, 32->64 at 13x13 1.99 -> 1.04, 48->128 at 7x7 1.50 -> 1.06,
-128->128 at 28x28 1.52 -> 1.27 (packing an im2col row by row costs most of the time on
-planes this small)."""
+more run as a loop over tables of their offsets and masks. Read in place beat packing the
+window up to 7x7, on a Zen 5 and a Zen 3: packing an im2col row by row costs most of the
+time on small planes (docs/measurements.md, 'Conv windows read in place')."""
 SLOTS = 2
 """Most tap slots per live tap (a 3x3 stride-2 window over phases: 16 slots, 9 live; a
 7x7 one: 64 slots, 49 live)."""

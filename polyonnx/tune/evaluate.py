@@ -29,9 +29,8 @@ bounds)."""
 WARM = 0.01
 """Untimed runs of a contender before its timed block, for this long: they wake its own
 worker threads. Before them, ``wait_until_quiet`` lets the last contender's threads stop
-spinning: measured right after onnxruntime's turn, with 10 ms of warm-up runs and no
-wait, light SqueezeNet's default schedules took 15.7 ms against 8.1 ms for the same
-schedules compiled as "tuned" (2 threads)."""
+spinning: without the wait, a default schedule measured about twice as slow as itself
+(docs/measurements.md, 'Warm-up and quiet before a contender's block')."""
 
 
 def model_latency(

@@ -172,7 +172,8 @@ BLOCK = 4
 """Timed runs of one contender in a row. The untimed run before them leaves the caches
 (and, with threads, the data in each core's cache) as the contender itself leaves them:
 timed right after a candidate that split a GEMM over two cores, a one-thread default
-ran at a third of its speed (MLP example, 160 us against 59 us)."""
+ran at a third of its speed (docs/measurements.md, 'Warm-up and quiet before a
+contender's block')."""
 
 
 def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> str | None:

@@ -71,31 +71,21 @@ SPLIT_K_BYTES = 8 << 20
 SPLIT_K divides, sums each of SPLIT_K parts of K into its own row of a temp, then adds the
 rows: the parts run on threads, each reading its rows of B start to end, where column
 chunks of every row (schedule/heuristics/blocking.py's GEMV_CHUNKS) read each row in pieces, one per
-pass. B that big comes from memory either way. Measured on a Zen 5, 1 x 4096 x 4096, time
-ratio to numpy, one process, batches of 10 calls in alternating rounds, column chunks ->
-parts of K: 1 thread 0.924 -> 0.807 and 0.915 -> 0.793, 2 threads 0.991 -> 0.824. In
-the perf suite's rounds, which alternate single calls, it read 0.87 (paired 0.93) at 1
-thread, 0.88 at 2."""
+pass. B that big comes from memory either way. Measured on a Zen 5 (docs/measurements.md,
+'Matrix-vector products split along K')."""
 INPUT_OFFSET = 16
 """Bytes past a 64-byte line at which a big input B of a one-row MatMul is taken to start
 until a run says otherwise (the session compiles per start it meets): numpy's big arrays
 start there (glibc's mmap'd chunks start 16 bytes into a page). B's columns are then read
 shifted so that its rows' vectors, but a row's first and last, lie on whole cache lines;
-any start is read correctly, only slower. Measured on a Zen 5, 1 x 4096 x 4096 from
-numpy's B, 1 thread: straddling lines 2.03 ms, shifted 1.60 ms, B on a line 1.44 ms,
-numpy's own 1.96-1.99 ms; a hand-written loop alike, 1.18-1.25 ms on lines, 1.58-1.62 ms
-16 bytes off."""
+any start is read correctly, only slower (docs/measurements.md, 'Where a one-row
+MatMul's B is taken to start')."""
 SIDE_BY_SIDE = 8
 """Slices each part of K reads side by side, row k of each at a time (or the largest power
 of two below it that divides the part, 1 at least); at most schedule/heuristics/blocking.py's
 ROW_BLOCK, which reads rows in a row otherwise: one core reads memory faster along a few
-streams far apart than along rows in a row. Measured on a Zen 5, 1 x 4096 x 4096,
-ratio to numpy's time, one process, alternating rounds: 1 thread 1 -> 4 -> 8 slices
-0.910 -> 0.834 -> 0.801 (batches of 10), 0.898 -> 0.912 -> 0.801 (single calls); 2
-threads 0.826 -> 0.718 -> 0.630 and 0.934 -> 0.801 -> 0.854 (quiet pauses between
-rounds; 1.57 / 1.24 / 1.24 ms and 1.51 / 1.16 / 1.08 ms). Hand-written kernels, 1 thread:
-8 rows in a row 0.80-0.84, 4 slices 0.74-0.78, 8 slices 0.73. A plain sum of 64 MB reads
-35, 45, 51 GB/s along 1, 2, 4 streams; numpy's GEMV 37-38."""
+streams far apart than along rows in a row (docs/measurements.md, 'Slices read side by
+side')."""
 
 
 def _split_k(k: int, n: int, dtype: str) -> bool:
@@ -183,9 +173,8 @@ def lower_gemm(ctx: LowerContext, node: Node) -> None:
 
 TRANSPOSED_ROWS = 3
 """Rows of A from which Gemm transposes a constant B for transB. One or two rows run as
-dot products, which read the weights' rows as they are. Measured 1 thread, ratio to
-onnxruntime, as they are -> transposed: 1 x 2048 x 1000 (ResNet-50's classifier) 0.99 ->
-1.82, 2 x 2048 x 1000 1.93 -> 2.03, 3 x 512 x 256 1.42 -> 0.88."""
+dot products, which read the weights' rows as they are (docs/measurements.md, 'Gemm
+transposes a constant B from 3 rows')."""
 
 
 def _b_operand(ctx: LowerContext, node: Node, a: Buffer) -> tuple[Buffer, bool]:
@@ -194,9 +183,8 @@ def _b_operand(ctx: LowerContext, node: Node, a: Buffer) -> tuple[Buffer, bool]:
     With transB a constant B (a layer's weights, [out, in]) is transposed once here, so
     the GEMM reads it contiguous along its columns (in place, or packed by plain copies)
     instead of gathering a column of the weights for every row of its packed panel on
-    every call; onnxruntime prepacks constant weights the same way. Measured 1 thread,
-    ratio to onnxruntime, gathered -> transposed once: 8 x 784 x 512 3.45 -> 1.50,
-    64 x 1024 x 1024 3.67 -> 1.31, 256 x 512 x 512 1.48 -> 1.03."""
+    every call; onnxruntime prepacks constant weights the same way (docs/measurements.md,
+    'Gemm's constant B transposed once')."""
     name, trans_b = node.inputs[1], bool(node.attr("transB", 0))
     weights = ctx.constant(name) if trans_b and len(a.shape) == 2 else None
     if (

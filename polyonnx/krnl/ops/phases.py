@@ -42,24 +42,14 @@ packed, every slot is a multiply-add."""
 MIN_PLANE = 144
 """Output positions a channel from which a strided Conv runs over phases. V is 16/9 the
 size of W (3x3 stride 2), and the fewer the columns, the more the GEMM's time goes to
-reading A. Measured 3x3 stride 2, C -> C channels at input size H, 1 thread (2 threads),
-packed from the input -> over phases, onnxruntime: 128 at 56 2.74 -> 2.29 ms (1.38 ->
-1.21; 2.2-2.3, 1.19-1.21), 96 at 40 0.89 -> 0.63 (0.48 -> 0.37-0.39; 0.64, 0.37-0.49),
-64 at 57 0.73 -> 0.64 (0.62), 192 at 24 0.95 -> 0.87 (0.63 -> 0.54-0.58; 0.86, 0.48-0.53),
-256 at 28 2.31 -> 2.23 (1.45 -> 1.39; 2.12, 1.15); but 256 at 20 (100 positions) 1.22 ->
-1.26 (0.73 -> 0.80), 512 at 14 (49) 2.38 -> 2.78 (1.50 -> 1.93). Those ran one Conv over
-and over, its weights in cache; in light ResNet-50 they come from memory. There, 30
-rounds per kernel, packed -> over phases, one process: 128 at 56 1 thread 2.78-2.87 ->
-2.60-2.62 ms, 2 threads 1.34-1.44 -> 1.20-1.29 (its rows split, TAPS_ROWS_BYTES in
-schedule/heuristics/gemm_defaults.py); 256 at 28 1 thread within 0.03 ms, 2 threads
-1.38-1.49 -> 1.33-1.41."""
+reading A; 100 positions measured slower (docs/measurements.md, 'Output positions from
+which a strided Conv runs over phases')."""
 
 MIN_WINDOW_DEPTH = 144
 """Input channels x taps a group from which a strided Conv runs over phases: with less,
-the copy is a pass over the input for a short K loop. Measured ShuffleNet's 3x3 stride-2
-stem, 3 -> 24 at 224 (27), 1 thread (2 threads): 0.278 -> 0.304 ms (0.146 -> 0.203); but
-the 7x7 stride-2 stem of ResNet-50, 3 -> 64 at 224 (147), on a Zen 5: 1.19 -> 0.95-0.96
-of onnxruntime's time (emit/taps.py's ROLLED_TAPS)."""
+the copy is a pass over the input for a short K loop. Measured on ShuffleNet's stem (27)
+and ResNet-50's 7x7 stem (147) (docs/measurements.md, 'Window depth from which a
+strided Conv runs over phases')."""
 
 
 @dataclass(frozen=True)
@@ -111,9 +101,8 @@ def plan(axes: Sequence[Axis], x: Buffer, weights: np.ndarray | None) -> tuple[P
 ROW_ALIAS = 2048
 """V's rows get one more channel (of zeros, never read) when their length is a multiple
 of this many bytes: the micro-kernel broadcasts A from 16 rows at once, and rows a large
-power of two apart fall in one L1 set. Measured 1 thread, 3x3 stride 2 at 56x56, 128 ->
-128 channels (rows of 8 KB): 5.3 ms unpadded, 2.24-2.36 ms padded; 120 -> 128 channels
-(rows of 7.5 KB), unpadded: 2.25 ms."""
+power of two apart fall in one L1 set (docs/measurements.md, 'A channel of zeros against
+L1 set aliasing')."""
 
 
 def slot_weights(weights: np.ndarray, phases: Sequence[Phases]) -> np.ndarray:

@@ -79,11 +79,9 @@ outputs are then reduced tap by tap, scalar, and on a 7x7 or 14x14 plane with pa
 that costs more than the whole plane tap by tap in SIMD rows (Zen 4)."""
 SHORT_ROW = 16
 """Output rows up to this long are pooled through a padded copy even where enough outputs
-are interior (strided pools; stride 1 always is). Measured on Zen 4, 1 thread, interior
-path -> padded copy (onnxruntime): MaxPool 3x3 s2 256x28x28 117 -> 85 us (78); but
-192x56x56 206 -> 215 us (180) and 64x112x112 245 -> 287 us (321). Stride 1, 3x3 pad 1:
-AveragePool 256x28x28 291 -> 172 us (148), 192x56x56 771 -> 580 us (615), MaxPool
-256x28x28 350 -> 153 us (133)."""
+are interior (strided pools; stride 1 always is): longer strided rows measured faster on
+the interior path, on a Zen 4 (docs/measurements.md, 'Strided pools through a padded
+copy')."""
 MIN_SEPARATE = 3
 """The fewest taps along the innermost windowed axis for which a separable pool pays
 (2x2 windows run as fast in one pass)."""

@@ -18,8 +18,8 @@ never stores ``x - m``: it recomputes it in the last statement.
 The reductions are plain ones along the axis: where it is the innermost, contiguous one,
 the code generator's vector loop keeps four vector accumulators (``INTERLEAVE`` in
 emit/codegen.py). A two-stage form with 64 partial results a row, which gave one vector
-loop several accumulators before that, measured slower since: Softmax 512x1024 1.16 ->
-1.07 and 12x128x128 1.12 -> 0.84 times onnxruntime's time (Zen 3, 1 thread).
+loop several accumulators before that, measured slower since (docs/measurements.md,
+'Softmax's reductions').
 """
 
 from __future__ import annotations

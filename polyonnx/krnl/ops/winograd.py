@@ -101,26 +101,15 @@ F4 = Variant(
 
 F4_PLANE = 16
 F4_CHANNEL_PAIRS = 64 * 64
-"""Output size a side and channel pairs from which a Conv takes F(4x4, 3x3). Measured
-Zen 3, 1 thread, per layer, one process, F(2x2) (or direct, below CHANNEL_PAIRS) ->
-F(4x4): 64 -> 64 at 56x56 (direct) 0.74 of the time, 128 -> 128 at 28 0.86, 64 -> 128
-at 112 0.70, 256 -> 256 at 28 0.80, 256 -> 256 at 56 0.68, 512 -> 512 at 28 0.75,
-64 -> 64 at 224 (direct) 0.70, 128 -> 32 at 56 (direct) 0.87, 32 -> 128 at 27 (direct)
-0.92; but 256 -> 256 at 14 (16 tiles) 0.98, 512 -> 512 at 7 (4 tiles: a GEMM of 4
-columns) 4.6, and 16 -> 64 at 55 (direct) 1.05. Light models, ratio to onnxruntime in
-alternating rounds, without -> with F(4x4): ResNet-50 1 thread 1.013 -> 0.968, 2
-threads 1.009 -> 0.972; VGG-19 0.758 -> 0.549, 2 threads 0.791 -> 0.625; DenseNet-121
-0.934 -> 0.874; Inception v2 0.961 -> 0.869; SqueezeNet 1.092 -> 1.032; Inception v1
-0.651 -> 0.649."""
+"""Output size a side and channel pairs from which a Conv takes F(4x4, 3x3): smaller
+outputs have too few tiles for its GEMMs (512 -> 512 at 7x7 is a GEMM of 4 columns).
+Measured on a Zen 3 (docs/measurements.md, 'F(4x4, 3x3) from 16 outputs a side and 64 x
+64 channel pairs')."""
 
 CHANNEL_PAIRS = 64 * 128
 """(Output, input) channel pairs from which a 3x3 Conv takes F(2x2, 3x3): below, the
-two transforms (passes over 4x the input's and output's bytes) cost what the GEMMs save.
-Measured 1 thread, per layer, ratio to onnxruntime, direct -> Winograd: 64 -> 64 at
-56x56 1.03 -> 1.03 (another run 0.98 -> 0.86; light ResNet-50 alike with or without its
-three), 64 -> 128 at 56 1.00 -> 0.82, 128 -> 64 at 56 1.00 -> 0.84, 128 -> 128 at 28
-1.00 -> 0.79, 256 -> 256 at 14 1.08 -> 0.72, 512 -> 512 at 7 0.92 -> 0.69, 256 -> 256
-at 56 1.12 -> 0.65, 128 -> 128 at 112 1.07 -> 0.76, 64 -> 128 at 112 1.08 -> 0.90."""
+two transforms (passes over 4x the input's and output's bytes) cost what the GEMMs save
+(docs/measurements.md, 'F(2x2, 3x3) from 64 x 128 channel pairs')."""
 
 TILE_WORK = 0.6
 """The most multiplications a Winograd Conv may do per direct one: w^2 a tile against 9 an

@@ -53,10 +53,9 @@ STEP = 2 * TILE
 """Outputs a tile has along an axis, and the padded inputs it moves along it."""
 SPLIT = 4
 """The input's rows are stored as SPLIT runs of every SPLIT-th column: a tile's window
-columns are then read along the tiles at a stride of STEP / SPLIT. 128 -> 128 at 56, 1
-thread, the input transform: split by 8 (a window's columns contiguous along the tiles,
-but the copy reads a stride of 8, one element at a time) 158 us, by 4 146 us, by 2 179 us
-(emit/codegen.py reads strides up to schedule/heuristics/nest.py's MAX_STRIDE by shuffles)."""
+columns are then read along the tiles at a stride of STEP / SPLIT (emit/codegen.py reads
+strides up to schedule/heuristics/nest.py's MAX_STRIDE by shuffles); 4 measured faster than
+8 or 2 (docs/measurements.md, 'Stride-2 Winograd Convs')."""
 
 BT = np.array(
     [[2, -1, -2, 1, 0], [0, 2, 1, -1, 0], [0, -2, 3, -1, 0], [0, -1, 0, 1, 0], [0, 2, -1, -2, 1]],
@@ -99,18 +98,17 @@ PAIRS = [(a, b) for a in PHASES for b in PHASES]
 POINTS = sum(a.size * b.size for a, b in PAIRS)
 
 CHANNEL_PAIRS = 128 * 128
-"""(Output, input) channel pairs from which a 3x3 stride-2 Conv runs this way. Measured
-on a Zen 5, 1 thread, one process, ratio to onnxruntime, over phases (krnl/ops/phases.py)
--> this way: C -> C channels at input size H, 128 at 56 1.01 -> 0.90 (2 threads 1.07 ->
-0.91); but 64 at 56 1.00 -> 1.11."""
+"""(Output, input) channel pairs from which a 3x3 stride-2 Conv runs this way rather than
+over phases (krnl/ops/phases.py): 128 channels measured faster, 64 slower, on a Zen 5
+(docs/measurements.md, 'Stride-2 Winograd Convs')."""
 MIN_TILES = 49
 """Tiles an image from which a Conv runs this way: the GEMMs' columns. U is 9 times the
-size of the weights, and with few columns the GEMMs' time goes to reading it: 256 at 28
-(16 tiles) 1.01 -> 1.96."""
+size of the weights, and with few columns the GEMMs' time goes to reading it
+(docs/measurements.md, 'Stride-2 Winograd Convs')."""
 TILE_WORK = 0.6
 """The most multiplications this way may do per direct one, tiles that stick out of the
-output counted whole (81 a tile against 9 an output): 128 at 57 (64 tiles for 29 x 29
-outputs, 0.68) measured 1.05 -> 1.02, within noise."""
+output counted whole (81 a tile against 9 an output); at 0.68 it measured within noise
+(docs/measurements.md, 'Stride-2 Winograd Convs')."""
 
 
 def fits(x: Buffer, weights: np.ndarray | None, axes: Sequence[Axis], group: int) -> bool:

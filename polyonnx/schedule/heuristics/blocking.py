@@ -17,7 +17,7 @@ With fewer than MR rows (a matrix-vector product, ``y[j] += a[k] * B[k, j]``, ha
 all) each element of B is used once or twice, so reading B is the whole cost, and a column
 strip of every row at a time reads it badly: each row's 256 bytes sit in another page. The
 single reduction dim is then cut into blocks of ROW_BLOCK rows that are read side by side,
-each from start to end (1 x 4096 x 4096: 3.2 ms -> 2.45 ms, numpy 2.47 ms, 1 thread), or
+each from start to end (docs/measurements.md, 'Matrix-vector rows side by side'), or
 with a second, short reduction dim (slices of K far apart, krnl/ops/matmul.py), its rows
 are the ones side by side.
 A big one is also cut into GEMV_CHUNKS column chunks, the loop threads share, unless it
@@ -53,18 +53,15 @@ from polyonnx.schedule.tree import KernelSchedule
 MR = 4
 GEMV_CHUNKS = 2
 """Column chunks of a big matrix-vector product, so threads have a loop outside the
-reduction; each chunk reads its part of every row start to end. 1 x 4096 x 4096 against
-numpy: 2 threads 1.46-1.64x -> 1.03-1.09x; 1 thread 0.98-1.08x -> 1.12-1.19x (two
-passes over the rows, 8 KB of each, instead of one). 4 chunks: 2 threads 1.17-1.21x,
-1 thread 1.24-1.26x."""
+reduction; each chunk reads its part of every row start to end. Two won at 2 threads and
+cost less than four at 1 (docs/measurements.md, 'Matrix-vector column chunks')."""
 VECTORS = 4
 MIN_EXTENT = 16
 MAX_STEP = 16
 """The longest step (in elements) between the lanes of a vector loaded a lane at a time:
 a strided Conv's input (step 2-4) shares cache lines between lanes; the weights of a Gemm
-with transB (step K) do not, and its rows are dot products instead. Measured 1 thread,
-Gemm 2 x 2048 x 1000 with transB: 11.4 ms blocked (lanes 2048 floats apart), 0.41-0.49 ms
-as dot products (onnxruntime: 0.22-0.27 ms)."""
+with transB (step K) do not, and its rows are dot products instead (docs/measurements.md,
+'Dot products for far-apart lanes')."""
 ROW_BLOCK = 8
 
 

@@ -82,13 +82,8 @@ def _pool_schedule(kernel: Kernel, buffers: Mapping[str, Buffer], lanes: int):
     each window reduction with its window around SIMD output rows (schedule/heuristics/stencil.py):
     the channel's outputs stay in L1 from its init to its interior. A pool through a
     padded copy (no window reduction) a channel at a time if its planes are small
-    (POOL_PLANE), else pass by pass.
-
-    Measured 1 thread, one process, pass by pass -> a channel at a time, against
-    onnxruntime: MaxPool 3x3 s2 64x112x112 pad 1 0.83 -> 0.69, 192x56x56 1.07 -> 0.98,
-    320x28x28 1.07 -> 0.99, AveragePool 3x3 s2 24x56x56 0.70 -> 0.56, 2x2 s2 128x56x56
-    0.42 -> 0.35. Through a padded copy it loses on big planes: AveragePool 3x3
-    256x28x28 0.78 -> 0.87, MaxPool 5x5 64x112x112 1.21 -> 1.45."""
+    (POOL_PLANE), else pass by pass: through a padded copy it loses on big planes
+    (docs/measurements.md, 'Pools a channel at a time')."""
     orders = window_orders(kernel, buffers)
     fused = orders and row_fused_schedule(kernel, buffers, reducing=False, orders=orders)
     if fused:
@@ -111,9 +106,8 @@ def _channel_at_a_time(kernel: Kernel, buffers: Mapping[str, Buffer]) -> KernelS
 CHANNEL_PLANE = (128, 4096)
 """Points a channel (the fewest in a pass, the most) for which a depthwise Conv through a
 padded copy runs its passes a channel at a time: the planes stay in L1 between passes,
-and the threads take whole channels. Measured 3x3, pass by pass -> a channel at a time,
-1 thread (2 threads): 136x28x28 65 -> 56 us (81 -> 33), 272x14x14 33 -> 31 (56 -> 25);
-but 544x7x7 (81-point padded planes) 26 -> 33 (26 -> 33)."""
+and the threads take whole channels; 81-point padded planes measured slower
+(docs/measurements.md, 'Depthwise Convs a channel at a time')."""
 
 
 def _plain(kernel: Kernel, buffers: Mapping[str, Buffer]) -> KernelSchedule:
@@ -178,44 +172,31 @@ with its taps innermost, scalar, ran 8x slower than with them around SIMD rows).
 POOL_PLANE = 512
 """A pool through a padded copy (krnl/ops/pool.py) runs its passes a channel at a time
 (row fusion) when no pass has more than this many points a channel: its planes then stay
-in L1 between passes. Measured in light Inception-v2, 1 thread, per pass -> per channel:
-AveragePool 3x3 576x14x14 0.107 -> 0.090 ms, MaxPool 576x14x14 0.073 -> 0.045, 1024x7x7
-0.065 -> 0.052; but AveragePool 256x28x28 (900-point planes) 0.205 -> 0.298, MaxPool
-320x28x28 0.112 -> 0.143, and 192x56x56 standalone 464 -> 738 us."""
+in L1 between passes; 900-point planes measured slower (docs/measurements.md, 'Pools
+through a padded copy a channel at a time')."""
 
 PARALLEL_POINTS = 1 << 16
 """Statement instances (64K, some 5 us of work) from which a non-contraction kernel's
-outermost loop runs on threads. Handing a loop to the worker pool (emit/pool.py) costs a
-few microseconds; with it, the perf suite's row-fused Softmax 512x1024 (2M points) went
-from 211 us on one thread to 136 us on two (it was 266 us when each parallel loop started
-its own pthreads), LayerNorm 512x768 from 99 to 63 us. It was 1M until the pools of the
-small CNNs were measured, 2 threads, alternating rounds with onnxruntime, 1M -> 256K ->
-64K: ShuffleNet 0.97 -> 0.92 -> 0.87, SqueezeNet 0.97 -> 0.95 -> 0.94 (its 3x3 stride-2
-MaxPools, 840K loads, 35 and 17 us, had run on one thread); 16K measured alike. Inception
-v1 and v2, DenseNet-121 and the suite's Softmax, LayerNorm, elementwise chain and
-depthwise Conv within 1-2%.
+outermost loop runs on threads: handing a loop to the worker pool (emit/pool.py) costs a
+few microseconds. It was 1M until the pools of the small CNNs were measured; 16K measured
+alike.
 
 Work counts a point once per load (:func:`_work`). In a kernel of PARALLEL_POINTS work or
-more, every loop group of at least 1/PASSES of it runs on threads: the pool is awake then.
-Measured 2 threads (1 thread), the passes of a pool through a padded copy: AveragePool
-3x3 576x14x14 77 -> 45 us (73), 192x56x56 469 -> 331 us (453-517). An Add+Relu of 800K
-points stays at 86-122 us on 1 or 2 threads either way (bound by memory)."""
+more, every loop group of at least 1/PASSES of it runs on threads: the pool is awake then
+(docs/measurements.md, 'Threading threshold of other kernels')."""
 PASSES = 8
 
 TRANSFORMS = ("WinogradInput", "WinogradOutput")
 """The kernels of a Winograd Conv's input and output transforms (krnl/ops/winograd.py),
 scheduled a channel at a time (row fusion): the input's padded plane stays in L1 through
-its passes, and each kernel hands the worker pool one loop, not one a pass. Measured, one
-pass after another -> a channel at a time, light models to onnxruntime, one process:
-2 threads ResNet-50 1.044 -> 1.016, VGG-19 0.775 -> 0.744; 1 thread alike (1.034 ->
-1.030, 0.698 -> 0.711)."""
+its passes, and each kernel hands the worker pool one loop, not one a pass
+(docs/measurements.md, 'Winograd transforms a channel at a time')."""
 TRANSFORM_POINTS = 1 << 14
 """Work (as :func:`_work` counts it) from which each pass of a Winograd Conv's input or
 output transform (krnl/ops/winograd.py) runs on threads: its points are sums of several
 values, several times the cost of the points PARALLEL_POINTS counts, and its passes are
-each far below that. Measured 2 threads, light models to onnxruntime, one process, serial
--> threaded (1 << 16 alike): ResNet-50 0.983 -> 0.959 and 1.045 -> 1.024, VGG-19 0.806 ->
-0.729, AlexNet 0.774 -> 0.746, SqueezeNet 0.971 -> 0.966."""
+each far below that (docs/measurements.md, 'Threading threshold of Winograd
+transforms')."""
 
 
 def _gemm_params(geo: Geometry, lanes: int, registers: int) -> Params | None:

@@ -51,9 +51,8 @@ from polyonnx.schedule.tree import KernelSchedule
 
 ROW_VECTORS = 4
 """Output rows of at least this many vectors (64 floats on AVX-512) take this schedule;
-stride-2 rows from one vector. Measured (1 thread): MobileNet's 32 x 112 x 112 row 354
--> 208 us, ShuffleNet's stride-2 112 x 56 -> 28 241 -> 167 us; but 28- and 14-wide
-stride-1 rows got slower (199 -> 390, 81 -> 90 us: every block is an edge block)."""
+stride-2 rows from one vector: narrower stride-1 rows got slower, every block an edge
+block (docs/measurements.md, 'Depthwise row blocks')."""
 PARALLEL_POINTS = 1 << 20
 """As schedule/heuristics/default.py's: update instances from which the outermost loop runs on
 threads."""

@@ -25,11 +25,9 @@ MAX_STRIDE = 4
 """The longest load step along a SIMD loop that emit/codegen.py reads as one load of the
 span and a shuffle (stride s loads s vectors' worth for one; past it, one load per lane),
 and the longest write step a statement takes SIMD along: its values are computed in
-vectors and stored a lane at a time. The Winograd output transform (its tile columns
-written at stride 2), Zen 3, 1 thread, 64 -> 64 channels at 56x56: scalar 0.58 ms;
-vectorised, each value stored by a shuffle and a masked store of the span, 0.73 (AVX2's
-masked stores are slow on Zen 3); stored a lane at a time 0.36 (0.35 -> 0.17 at 128
-channels and 28x28)."""
+vectors and stored a lane at a time, which beat both scalar code and a shuffle with a
+masked store (AVX2's masked stores are slow on Zen 3) in the Winograd output transform
+(docs/measurements.md, 'Strided stores along a SIMD loop')."""
 
 
 def loop_nest(stmt: Statement, buffers: Mapping[str, Buffer], keep: str | None = None) -> LoopNest:

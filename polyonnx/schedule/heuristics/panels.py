@@ -7,17 +7,8 @@ of row k at ``[j // NR, k, j % NR]``, zero past N. A tile of NR columns starting
 ``col`` (a multiple of NR) and K block ``kc`` is then the run of KC x NR floats at
 ``col * K + kc * NR``, the layout emit/ukernel.py packs into each call's panel.
 
-Measured on a Zen 5, one process building both variants and alternating rounds with
-onnxruntime (which packs its weights once too), ratio to its time, B read in place or
-packed at every call -> packed once:
-
-- examples/mlp.onnx (Gemm 8 x 784 -> 512 -> 256 -> 10): 1 thread 0.79-0.97 -> 0.70-0.73
-  (five runs; in place, the time swung from run to run), 2 threads 0.75-0.87 -> 0.61-0.68;
-- Gemm 8 x 784 x 512 alone: 0.81 -> 0.70; with transB (a Linear layer's weights) 0.89 ->
-  0.67;
-- Gemm 64 x 4096 x 1024 (packed each call): 1.05-1.07 -> 0.84-0.86; 128 x 768 x 3072
-  0.98 -> 0.91; 128 x 768 x 768 with transB 1.01 -> 0.96; examples/mm_bias_relu.onnx
-  0.98 -> 0.96.
+Packed once, the MLP example and single Gemms measured faster than B read in place or
+packed at every call, on a Zen 5 (docs/measurements.md, 'B packed once when compiling').
 
 Only kernels with one ukernel mark qualify, and only where B is a whole constant (no
 outer dim moves it, no domain constraint cuts it), the GEMM has at least MIN_ROWS rows
