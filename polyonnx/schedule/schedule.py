@@ -16,8 +16,9 @@ leaves the schedule as it was.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import islpy as isl
@@ -167,25 +168,20 @@ class Schedule:
 
     def pack(self, buffer: str, at: LoopArg) -> None:
         """Copy the region of ``buffer`` that the loops inside ``at`` read into a contiguous
-        scratch buffer, once per iteration of ``at``, and read it from there."""
+        scratch buffer, once per iteration of ``at``, and read it from there. The copies
+        keep every dependence (only a read-only input is copied, right before the loops
+        that read it); from then on the packed order is the reference that later steps
+        must respect. Refused inside a parallel loop, whose threads would share the one
+        scratch buffer, and inside a vectorized loop, which the copy would leave no longer
+        innermost."""
         loop = self._name(at, "pack")
         if buffer not in self.buffers:
             raise ScheduleError(
                 f"pack({buffer!r}, at={loop}): kernel {self.kernel.name!r} has no buffer {buffer!r}"
             )
         state = pack_buffer(self.state, self.all_buffers(), buffer, loop)
-        # Correct by construction: only a read-only input is copied, per iteration of
-        # ``loop``, right before the loops that read it; the other statements keep their
-        # order. From now on this schedule is the reference that later steps must respect.
-        self.state = state
-        self._reference = state
-        self._trace.append(
-            {
-                "kernel": self.kernel.name,
-                "primitive": "pack",
-                "args": {"buffer": buffer, "at": loop},
-            }
-        )
+        args = {"buffer": buffer, "at": loop}
+        self._commit(state, "pack", f"{buffer!r}, at={loop}", args, reference=True)
 
     def compute_at(self, name: str, loop: LoopArg) -> None:
         """Run kernel ``name``'s statements (or the one statement ``name``) inside ``loop``
@@ -209,28 +205,13 @@ class Schedule:
     def apply(self, trace: Sequence[Mapping[str, Any]]) -> None:
         """Replay the steps of a trace (from ``s.trace``) on this schedule."""
         for step in trace:
-            args = dict(step["args"])
-            primitive = step["primitive"]
-            if primitive == "split":
-                self.split(args["loop"], args["factor"])
-            elif primitive == "tile":
-                self.tile(*args["loops"], sizes=args["sizes"])
-            elif primitive == "reorder":
-                self.reorder(*args["loops"])
-            elif primitive == "unroll":
-                self.unroll(args["loop"], args.get("factor"))
-            elif primitive == "pack":
-                self.pack(args["buffer"], args["at"])
-            elif primitive == "compute_at":
-                self.compute_at(args["name"], args["loop"])
-            elif primitive == "ukernel":
-                self.ukernel(**args["params"])
-            elif primitive == "default":
-                self.default()
-            elif primitive in ("vectorize", "parallel"):
-                getattr(self, primitive)(args["loop"])
-            else:
-                raise ScheduleError(f"unknown primitive {primitive!r} in trace step {step}")
+            replay = REPLAY.get(step["primitive"])
+            if replay is None:
+                raise ScheduleError(
+                    f"unknown primitive {step['primitive']!r} in trace step {step}; "
+                    f"the primitives are {', '.join(REPLAY)}"
+                )
+            replay.call(self, step["args"])
 
     # ---- internals ----------------------------------------------------------------------
 
@@ -244,13 +225,75 @@ class Schedule:
             )
         return name
 
-    def _commit(self, state: State, primitive: str, loop: str, args: dict[str, Any]) -> None:
-        deps = self.deps if state.kernel is self.state.kernel else dependences(state.kernel)
-        broken = broken_order(state, deps)
-        if broken is not None:
+    def _commit(
+        self,
+        state: State,
+        primitive: str,
+        loop: str,
+        args: dict[str, Any],
+        *,
+        reference: bool = False,
+    ) -> None:
+        """Replace the state by ``state`` if it keeps every dependence, else raise.
+        ``reference``: the step adds statements whose order defines the kernel's meaning
+        from now on (pack): it must keep the dependences of the order before it, and the
+        loops marked earlier must stay legal under the dependences it adds."""
+        problem = self._problem(state, reference)
+        if problem is not None:
             raise ScheduleError(
-                f"{primitive}({loop}) on kernel {self.kernel.name!r} would break a dependence: "
-                f"{broken} must stay in that order. The loop nest stays:\n{self}"
+                f"{primitive}({loop}) on kernel {self.kernel.name!r} {problem}. "
+                f"The loop nest stays:\n{self}"
             )
         self.state = state
+        if reference:
+            self._reference = state
         self._trace.append({"kernel": self.kernel.name, "primitive": primitive, "args": args})
+
+    def _problem(self, state: State, reference: bool) -> str | None:
+        same = state.kernel is self.state.kernel
+        deps = self.deps if same or reference else dependences(state.kernel)
+        broken = broken_order(state, deps)
+        if broken is not None:
+            return f"would break a dependence: {broken} must stay in that order"
+        if not reference:
+            return None
+        order = state.isl_schedule().get_map()
+        return annotate.broken_marks(state, dependences(state.kernel, order))
+
+
+@dataclass(frozen=True)
+class Replay:
+    """How a trace step calls its primitive: ``method`` of Schedule with the step's
+    arguments by name; ``spread`` names the one argument the method takes as ``*loops``
+    (a list) or ``**params`` (a dict)."""
+
+    method: Callable[..., object]
+    spread: str | None = None
+
+    def call(self, schedule: Schedule, args: Mapping[str, Any]) -> None:
+        named = dict(args)
+        if self.spread is None:
+            self.method(schedule, **named)
+            return
+        spread = named.pop(self.spread)
+        if isinstance(spread, Mapping):
+            self.method(schedule, **named, **spread)
+        else:
+            self.method(schedule, *spread, **named)
+
+
+REPLAY: Mapping[str, Replay] = MappingProxyType(
+    {
+        "split": Replay(Schedule.split),
+        "tile": Replay(Schedule.tile, spread="loops"),
+        "reorder": Replay(Schedule.reorder, spread="loops"),
+        "vectorize": Replay(Schedule.vectorize),
+        "unroll": Replay(Schedule.unroll),
+        "parallel": Replay(Schedule.parallel),
+        "ukernel": Replay(Schedule.ukernel, spread="params"),
+        "default": Replay(Schedule.default),
+        "pack": Replay(Schedule.pack),
+        "compute_at": Replay(Schedule.compute_at),
+    }
+)
+"""Every primitive a trace may name, by the name its step records (the method's name)."""

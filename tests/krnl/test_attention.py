@@ -1,5 +1,5 @@
-"""Attention, RotaryEmbedding and Swish (polyonnx/krnl/ops/attention.py) against float64
-numpy references written from the ONNX specs (opsets 23-25)."""
+"""Attention, RotaryEmbedding and Swish (polyonnx/krnl/ops/attention.py, rotary.py,
+swish.py) against float64 numpy references written from the ONNX specs (opsets 23-25)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,8 @@ an existential (stride) constraint::
 The group dim ``g`` only appears when ``group > 1``. Big 3x3 stride-1 Convs take
 Winograd's F(2x2, 3x3) or F(4x4, 3x3) instead (krnl/ops/winograd.py), big 3x3 stride-2
 ones F(4, 2) over the stride's phases (krnl/ops/winograd_s2.py), other strided ones the
-phases of their input (krnl/ops/phases.py). float16 sums accumulate in a float32
+phases of their input (krnl/ops/phases.py); CONV_ALGORITHMS lists every algorithm with
+the condition that picks it, in the order they are tried. float16 sums accumulate in a float32
 temp and are rounded once at the end. :class:`Axis` and :func:`window` (the sliding-window
 geometry: auto_pad, pads, strides, dilations, ceil_mode) are shared with the pools;
 :func:`channels` and :func:`contraction` with QLinearConv (krnl/ops/quant.py).
@@ -450,10 +451,39 @@ def conv_bias(ctx: LowerContext, node: Node, out: Buffer) -> Buffer | None:
     return b
 
 
+@dataclass(frozen=True)
+class ConvCase:
+    """One Conv node as :func:`lower_conv` has read it: what every algorithm's condition
+    and lowering look at. ``w`` is not yet registered (phases read a re-laid copy)."""
+
+    ctx: LowerContext
+    node: Node
+    x: Buffer
+    w: Buffer
+    weights: np.ndarray | None
+    ch: Channels
+    axes: tuple[Axis, ...]
+    out: Buffer
+    acc: Buffer
+
+    @property
+    def integer(self) -> bool:
+        return self.node.op_type == "ConvInteger"
+
+
+@dataclass(frozen=True)
+class ConvAlgorithm:
+    """A way to lower a Conv: ``fits`` returns what ``lower`` needs (a Winograd variant,
+    a phase plan, True), or None where the algorithm does not apply."""
+
+    name: str
+    fits: Callable[[ConvCase], object | None]
+    lower: Callable[[ConvCase, object], None]
+
+
 @lowers("Conv", "ConvInteger")
 def lower_conv(ctx: LowerContext, node: Node) -> None:
-    from polyonnx.krnl.ops import phases, winograd, winograd_s2  # (they build on this module)
-
+    """Lower with the first algorithm of CONV_ALGORITHMS that fits."""
     x, w = ctx.buffer(node.inputs[0]), _unregistered(ctx, node.inputs[1])
     ch = channels(node, x, w)
     axes = window(node, x.shape[2:], kernel_shape(node, w.shape[2:]))
@@ -461,50 +491,110 @@ def lower_conv(ctx: LowerContext, node: Node) -> None:
     integer = node.op_type == "ConvInteger"
     out = ctx.output(node.outputs[0], out_shape, "int32" if integer else x.dtype)
     acc = accumulator(ctx, out)
+    case = ConvCase(ctx, node, x, w, ctx.constant(node.inputs[1]), ch, axes, out, acc)
+    for algorithm in CONV_ALGORITHMS:
+        fit = algorithm.fits(case)
+        if fit is not None:
+            algorithm.lower(case, fit)
+            return
 
-    weights = ctx.constant(node.inputs[1])
-    variant = None if integer else winograd.fits(x, weights, axes, ch.group)
-    if variant is not None:
-        winograd.lower(ctx, node, x, weights, axes, out, variant)
-        return
-    if not integer and winograd_s2.fits(x, weights, axes, ch.group):
-        winograd_s2.lower(ctx, node, x, weights, axes, out)
-        return
-    plan = None if integer or _depthwise_2d(ch, axes, x) else phases.plan(axes, x, weights)
-    if plan is not None:  # V, not W, is read: W is not registered
-        head = list(zip(ch.head, ch.head_sizes, strict=True))
-        copy, update = phases.statements(ctx, x, weights, plan, acc, head, (ch.m, ch.c))
-        ctx.kernel(node, [copy, _init(ctx, node, acc, node.input(2), "S1"), update])
-        return
-    w = ctx.buffer(node.inputs[1])
-    if not integer and _flat_depthwise(ch, axes, x):
-        ctx.kernel(node, _flat_depthwise_statements(ctx, node, x, w, out, axes))
-        return
-    if not integer and _phased_depthwise(ch, axes, x):
-        ctx.kernel(node, _phased_depthwise_statements(ctx, node, x, w, out, axes))
-        return
-    copy: list[Statement] = []
-    if not integer and _pads_a_copy(ch, axes, x):
-        zero = kb.const(0, x.dtype)
-        hint = f"{out.name}.padded"
-        x, copy = padded_copy(ctx, x, axes, zero, hint, flat=False, lead=("pn", "pc"))
-        axes = padded_axes(axes)
-    elif not integer and _subsamples(axes):
-        x, copy = subsampled_copy(ctx, x, axes, f"{out.name}.subsampled")
-        axes = tuple(replace(a, size=a.out, stride=1) for a in axes)
+
+def _float(condition: Callable[[ConvCase], bool]) -> Callable[[ConvCase], object | None]:
+    """A condition that holds for float Convs only (not ConvInteger)."""
+    return lambda case: True if not case.integer and condition(case) else None
+
+
+def _winograd_fits(case: ConvCase) -> object | None:
+    from polyonnx.krnl.ops import winograd  # (it builds on this module)
+
+    return None if case.integer else winograd.fits(case.x, case.weights, case.axes, case.ch.group)
+
+
+def _winograd(case: ConvCase, variant: object) -> None:
+    from polyonnx.krnl.ops import winograd
+
+    winograd.lower(case.ctx, case.node, case.x, case.weights, case.axes, case.out, variant)
+
+
+def _winograd_s2_fits(case: ConvCase) -> bool:
+    from polyonnx.krnl.ops import winograd_s2
+
+    return winograd_s2.fits(case.x, case.weights, case.axes, case.ch.group)
+
+
+def _winograd_s2(case: ConvCase, _: object) -> None:
+    from polyonnx.krnl.ops import winograd_s2
+
+    winograd_s2.lower(case.ctx, case.node, case.x, case.weights, case.axes, case.out)
+
+
+def _phases_fits(case: ConvCase) -> object | None:
+    from polyonnx.krnl.ops import phases
+
+    if case.integer or _depthwise_2d(case.ch, case.axes, case.x):
+        return None
+    return phases.plan(case.axes, case.x, case.weights)
+
+
+def _phases(case: ConvCase, plan: object) -> None:
+    """V, not W, is read: W is not registered."""
+    from polyonnx.krnl.ops import phases
+
+    ctx, node, ch = case.ctx, case.node, case.ch
+    head = list(zip(ch.head, ch.head_sizes, strict=True))
+    copy, update = phases.statements(ctx, case.x, case.weights, plan, case.acc, head, (ch.m, ch.c))
+    ctx.kernel(node, [copy, _init(ctx, node, case.acc, node.input(2), "S1"), update])
+
+
+def _flat_depthwise_conv(case: ConvCase, _: object) -> None:
+    w = case.ctx.buffer(case.node.inputs[1])
+    stmts = _flat_depthwise_statements(case.ctx, case.node, case.x, w, case.out, case.axes)
+    case.ctx.kernel(case.node, stmts)
+
+
+def _phased_depthwise_conv(case: ConvCase, _: object) -> None:
+    w = case.ctx.buffer(case.node.inputs[1])
+    stmts = _phased_depthwise_statements(case.ctx, case.node, case.x, w, case.out, case.axes)
+    case.ctx.kernel(case.node, stmts)
+
+
+def _padded_direct(case: ConvCase, _: object) -> None:
+    """The direct reduction over a zero-padded copy of the input (see PADDED_ROW)."""
+    w = case.ctx.buffer(case.node.inputs[1])
+    zero = kb.const(0, case.x.dtype)
+    hint = f"{case.out.name}.padded"
+    x, copy = padded_copy(case.ctx, case.x, case.axes, zero, hint, flat=False, lead=("pn", "pc"))
+    _direct_statements(replace(case, x=x, w=w, axes=padded_axes(case.axes)), copy)
+
+
+def _subsampled_direct(case: ConvCase, _: object) -> None:
+    """The direct reduction over a subsampled copy of the input (see _subsamples)."""
+    w = case.ctx.buffer(case.node.inputs[1])
+    x, copy = subsampled_copy(case.ctx, case.x, case.axes, f"{case.out.name}.subsampled")
+    axes = tuple(replace(a, size=a.out, stride=1) for a in case.axes)
+    _direct_statements(replace(case, x=x, w=w, axes=axes), copy)
+
+
+def _direct(case: ConvCase, _: object) -> None:
+    _direct_statements(replace(case, w=case.ctx.buffer(case.node.inputs[1])), [])
+
+
+def _direct_statements(case: ConvCase, copy: list[Statement]) -> None:
+    """The init and the reduction over the input (or over ``copy``'s temp)."""
+    ctx, node, ch, axes, acc, out = case.ctx, case.node, case.ch, case.axes, case.acc, case.out
     first = len(copy)  # statements S<first>.. follow the copy's
     update, init = f"S{first + 1}", f"S{first}"
     dims, o, k = ch.dims(), ch.out_dims, ch.k_dims
     taps = [a.tap(o[r], k[r]) for r, a in enumerate(axes)]
-    xs = kb.load(kb.access(x.name, update, dims, ["n", ch.c, *taps]), x.dtype)
-    ws = kb.load(kb.access(w.name, update, dims, [ch.m, "c", *k]), w.dtype)
-    if integer:
+    xs = kb.load(kb.access(case.x.name, update, dims, ["n", ch.c, *taps]), case.x.dtype)
+    ws = kb.load(kb.access(case.w.name, update, dims, [ch.m, "c", *k]), case.w.dtype)
+    if case.integer:
         xs, ws = _centred(ctx, node, xs, ws, dims, ch)
     else:
         xs, ws = kb.cast(xs, acc.dtype), kb.cast(ws, acc.dtype)
     inside = [a.inside(o[r], k[r]) for r, a in enumerate(axes) if a.pad or a.pad_end]
     product = kb.binary("mul", xs, ws)
-    bias = "" if integer else node.input(2)
+    bias = "" if case.integer else node.input(2)
     stmts = [
         *copy,
         _init(ctx, node, acc, bias, init),
@@ -529,10 +619,9 @@ PADDED_ROW = 64
 into a zero-padded temp: every row block of the depthwise schedule
 (schedule/heuristics/depthwise.py) then has all its taps inside, and runs as vector code; reading
 the input in place, a row's first and last blocks leave out the taps that fall in the
-padding, and run as scalar code. Measured, 3x3 depthwise 32 x 112 x 112: 1 thread 207 ->
-160 us (onnxruntime 163-165), 2 threads 104 us (onnxruntime 110). Strided rows read the
-copy with a stride, and the copy is then of an input 4x the output: 96 x 112 x 112
-stride 2 went 286 -> 407 us, so they keep reading in place."""
+padding, and run as scalar code. Strided rows keep reading in place: they would read the
+copy with a stride, and the copy is of an input 4x the output. The measurements are in
+docs/measurements.md."""
 
 
 def _subsamples(axes: Sequence[Axis]) -> bool:
@@ -540,10 +629,8 @@ def _subsamples(axes: Sequence[Axis]) -> bool:
     without padding (ResNet's projection shortcuts). Its B is then one contiguous run
     per channel, packed with whole vectors, where the strided input's runs are output
     rows of every other value, each packed with two masked loads, a shuffle and, where
-    a row ends inside a vector, masked stores into two micro-panels. Measured 1 thread,
-    one process, strided -> a Slice then the 1x1 Conv, ratio to onnxruntime: 256 -> 512
-    channels at 56 1.07 -> 0.86, 512 -> 1024 at 28 0.96 -> 0.84, 1024 -> 2048 at 14
-    0.96 -> 0.90."""
+    a row ends inside a vector, masked stores into two micro-panels. The measurements
+    are in docs/measurements.md."""
     strided = any(a.stride > 1 for a in axes)
     return strided and all(a.kernel == 1 and a.pad == 0 and a.pad_end == 0 for a in axes)
 
@@ -593,10 +680,7 @@ expression per output (:func:`_flat_depthwise_statements`)."""
 def _flat_depthwise(ch: Channels, axes: Sequence[Axis], x: Buffer) -> bool:
     """Whether this Conv runs along the flattened plane of a zero-padded copy: a padded
     stride-1 depthwise Conv (one output channel a group) whose rows are too short for
-    the depthwise schedule (PADDED_ROW). Measured 3x3, 1 thread, against reading the
-    input in place with the taps outside the output rows: 136 x 28 x 28 216 -> 76 us,
-    272 x 14 x 14 99 -> 38 us, 544 x 7 x 7 37 -> 35 us; light ShuffleNet (13 of them)
-    went to 0.96x onnxruntime's time."""
+    the depthwise schedule (PADDED_ROW). The measurements are in docs/measurements.md."""
     taps = math.prod(a.kernel for a in axes)
     return (
         _padded_depthwise(ch, axes, x)
@@ -640,11 +724,9 @@ def _phased_depthwise(ch: Channels, axes: Sequence[Axis], x: Buffer) -> bool:
 PHASED_ROW = 48
 """Strided depthwise Convs with output rows shorter than this (or with 4 taps an input
 value or more) run over the stride phases of their input: the depthwise schedule's row
-blocks are then mostly edge blocks, which run scalar. Measured 1 thread, 3x3 stride 2
-(channels x input size), in place -> phases (onnxruntime): 144 x 56 322 -> 153 us (122),
-112 x 56 213 -> 101 (76), 192 x 28 105 -> 50 (39), 576 x 14 76 -> 46 (32); 5x5 32 x 112
-321 -> 161 (117); but 3x3 96 x 112 (rows of 56) 408 -> 495 (354): the phase copy is a
-pass over an input 4x the output."""
+blocks are then mostly edge blocks, which run scalar. Longer rows keep reading in place:
+the phase copy is a pass over an input 4x the output. The measurements are in
+docs/measurements.md."""
 
 
 def _phased_depthwise_statements(
@@ -754,6 +836,27 @@ def _scalar(ctx: LowerContext, buf: Buffer, stmt: str, dims: list[str]) -> Expr:
 
 
 # ---- ConvTranspose -----------------------------------------------------------------------
+
+
+CONV_ALGORITHMS: tuple[ConvAlgorithm, ...] = (
+    ConvAlgorithm("winograd", _winograd_fits, _winograd),  # F(2x2, 3x3) or F(4x4, 3x3)
+    ConvAlgorithm("winograd_s2", _float(_winograd_s2_fits), _winograd_s2),
+    ConvAlgorithm("phases", _phases_fits, _phases),
+    ConvAlgorithm(
+        "flat_depthwise", _float(lambda c: _flat_depthwise(c.ch, c.axes, c.x)), _flat_depthwise_conv
+    ),
+    ConvAlgorithm(
+        "phased_depthwise",
+        _float(lambda c: _phased_depthwise(c.ch, c.axes, c.x)),
+        _phased_depthwise_conv,
+    ),
+    ConvAlgorithm(
+        "padded_depthwise", _float(lambda c: _pads_a_copy(c.ch, c.axes, c.x)), _padded_direct
+    ),
+    ConvAlgorithm("subsampled_1x1", _float(lambda c: _subsamples(c.axes)), _subsampled_direct),
+    ConvAlgorithm("direct", lambda _: True, _direct),
+)
+"""How a Conv is lowered: the first of these whose condition holds, in this order."""
 
 
 def transpose_window(node: Node, spatial: Sequence[int], kernel: Sequence[int]) -> tuple[Axis, ...]:

@@ -95,3 +95,25 @@ def _splits(mark: str) -> bool:
         and not mark.endswith("splitnone")
         and "_splitnone_" not in mark
     )
+
+
+def broken_marks(state: State, deps: isl.UnionMap) -> str | None:
+    """Why a mark of ``state`` no longer holds under ``deps``, or None. A step that adds
+    statements (pack) adds dependences: a pack copy inside a parallel loop would have the
+    loop's threads share one scratch buffer, and inside a vectorized loop it would leave
+    that loop no longer innermost."""
+    for loop in state.loop_names():
+        if state.marked(loop, PARALLEL):
+            blocking = carried(state, deps, loop)
+            if blocking:
+                return (
+                    f"would have the threads of parallel loop {loop} share the buffer that "
+                    f"{blocking[0].statement} writes ({blocking[0].pair}): pack at a loop "
+                    f"outside {loop}"
+                )
+        if state.marked(loop, VECTORIZE):
+            try:
+                vectorize(state, deps, loop)
+            except ScheduleError as refused:
+                return f"would leave the vectorized loop {loop} illegal: {refused}"
+    return None
