@@ -60,21 +60,14 @@ ROLLED_STEPS = 8
 """A loop of steps of INTERLEAVE vectors with at least this many steps (or an unknown
 count) is marked for LLVM not to unroll it. Unrolled whole, a Softmax row's sum over 1024
 floats (16 steps) kept its 64 loaded vectors live into the next pass over the same row,
-which LLVM then read from them: 40 registers' worth spilled to the stack. Measured on a
-Zen 5, 1 thread, one process, against onnxruntime, unrolled -> rolled: Softmax 512x1024
-1.070 -> 0.919 (0.953 -> 0.919 in another run), LayerNormalization 512x768 0.361 ->
-0.318 (0.342 -> 0.325; 0.335 -> 0.353 in a third); rows of 128 (two steps) stay unrolled
-(Softmax 12*128 x 128 0.789 unrolled, 0.806 rolled); light models alike (ResNet-50 0.863
--> 0.857, DenseNet-121 0.721 -> 0.723, ShuffleNet 0.796 -> 0.794, SqueezeNet 0.932 ->
-0.943, Inception v1 0.502 -> 0.501)."""
+which LLVM then read from them: 40 registers' worth spilled to the stack. Rows of 128
+(two steps) stay unrolled. The measurements are in docs/measurements.md."""
 INTERLEAVE = 4
 """Vectors a step of a contiguous vector loop computes before the one-vector steps: the
 instructions of four independent vectors interleaved, as one LLVM vector four registers
 wide. A long dependence chain per vector (exp, tanh: some twenty instructions) otherwise
 fills the FP scheduler before the next vector starts; a reduction gets four accumulators.
-Zen 3, 1 thread, median time per run, one vector -> four: Softmax 512x1024 493 -> 390 us,
-LayerNormalization 512x768 315 -> 235, ReduceMax over rows of 1024 98 -> 67, Exp 246 ->
-220, Relu (memory bound) 126 -> 123."""
+The measurements are in docs/measurements.md."""
 
 
 @dataclass(frozen=True)
@@ -358,7 +351,9 @@ class _KernelWalker:
         rolled = count is None or count >= ROLLED_STEPS * wide
         for width in widths:
             lanes = Lanes(name, width)
-            it, acc = self._vector_steps(users, reducing, env, lanes, it, last, acc, rolled)
+            it, acc = self._vector_steps(
+                users, reducing, env, lanes, start=it, last=last, acc=acc, rolled=rolled
+            )
         inner = {**env, name: it}
         if reducing is None and self._maskable(users, name):
             self.masked_tail(users, inner, Lanes(name, self.width), it, last)
@@ -379,6 +374,7 @@ class _KernelWalker:
         reducing: Instance | None,
         env: Env,
         lanes: Lanes,
+        *,
         start: ir.Value,
         last: ir.Value,
         acc: ir.Value | None,

@@ -1,12 +1,15 @@
 """Small IR helpers and shared constants of the GEMM emitter (emit/ukernel.py, its packing
 in emit/packing.py and its tap loops in emit/taps.py): a counted loop, integer min/max and
-rounding, affine sums of loop values."""
+rounding, affine sums of loop values, and ``Vectors``: the vector types, intrinsics and
+constants the GEMM emitter builds with."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from llvmlite import ir
 
-from polyonnx.emit.llvmtypes import I64
+from polyonnx.emit.llvmtypes import I64, PTR, intrinsic, splat
 
 F32 = ir.FloatType()
 I32 = ir.IntType(32)
@@ -15,12 +18,8 @@ LINE_FLOATS = 16
 DOT_COLUMNS = 3
 """A tile's last columns past whole vectors, up to this many, are dot products along k
 (_Gemm.dot_columns) rather than one more vector of FMAs with most lanes idle (a 7x7
-Conv's 49th column). From 4 columns of 8 lanes the vector is the faster: 1 thread, one
-process, ratio to numpy, up to 8 -> up to 3 as dot products: MatMul 127x255x63 (7
-columns) 1.15 -> 1.01, 255^3 1.05 -> 1.00, 127x255x60 (4) 1.19 -> 1.11, 255x255x252
-1.12 -> 1.03; with 2 or 3 columns, dot products or a vector measured alike (127x255x58
-1.16 / 1.21, 127x255x59 1.11 / 1.10); Convs on 14x14 planes (196 = 24 vectors + 4),
-ratio to onnxruntime: 3x3 256->256 1.16 -> 1.13, 1x1 1024->256 0.98 -> 0.93."""
+Conv's 49th column). From 4 columns of 8 lanes the vector is the faster; with 2 or 3
+columns, dot products or a vector measured alike (see docs/measurements.md)."""
 
 
 class loop:
@@ -119,3 +118,70 @@ def lesser(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
 
 def greater(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(b.icmp_signed(">", x, y), x, y)
+
+
+@dataclass(frozen=True, eq=False)
+class Vectors:
+    """The IR builder and what code on ``lanes``-wide float vectors needs: the types, the
+    intrinsics (declared once on the module) and the constants."""
+
+    b: ir.IRBuilder
+    lanes: int
+    vec: ir.VectorType
+    mask_t: ir.VectorType
+    fma: ir.Function
+    mload: ir.Function
+    mstore: ir.Function
+    gather: ir.Function
+    prefetch: ir.Function
+    zero: ir.Constant
+    all_lanes: ir.Constant
+    lane_ids: ir.Constant
+
+    @classmethod
+    def declare(cls, b: ir.IRBuilder, lanes: int, *, multiply_add: str) -> Vectors:
+        """Declare the intrinsics on ``b``'s module; ``multiply_add``: ``fma`` or
+        ``fmuladd``."""
+        module = b.module
+        vec = ir.VectorType(F32, lanes)
+        mask_t = ir.VectorType(ir.IntType(1), lanes)
+        fma = intrinsic(module, f"llvm.{multiply_add}.v{lanes}f32", vec, [vec] * 3)
+        mload = intrinsic(module, f"llvm.masked.load.v{lanes}f32.p0", vec, [PTR, I32, mask_t, vec])
+        mstore = intrinsic(
+            module, f"llvm.masked.store.v{lanes}f32.p0", ir.VoidType(), [vec, PTR, I32, mask_t]
+        )
+        ptrs = ir.VectorType(PTR, lanes)
+        gather = intrinsic(
+            module, f"llvm.masked.gather.v{lanes}f32.v{lanes}p0", vec, [ptrs, I32, mask_t, vec]
+        )
+        prefetch = intrinsic(module, "llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+        return cls(
+            b=b,
+            lanes=lanes,
+            vec=vec,
+            mask_t=mask_t,
+            fma=fma,
+            mload=mload,
+            mstore=mstore,
+            gather=gather,
+            prefetch=prefetch,
+            zero=ir.Constant(vec, [0.0] * lanes),
+            all_lanes=ir.Constant(mask_t, [1] * lanes),
+            lane_ids=ir.Constant(ir.VectorType(I32, lanes), list(range(lanes))),
+        )
+
+    def at(self, ptr: ir.Value, offset: ir.Value | int) -> ir.Value:
+        """``ptr`` advanced by ``offset`` floats."""
+        if isinstance(offset, int):
+            offset = ir.Constant(I64, offset)
+        return self.b.gep(ptr, [offset], source_etype=F32)
+
+    def below(self, start: ir.Value, limit: ir.Value) -> ir.Value:
+        """Lanes l with start + l < limit (i64 scalars)."""
+        b = self.b
+        low = ir.Constant(I64, -1)
+        high = ir.Constant(I64, self.lanes + 1)
+        room = b.sub(limit, start)
+        room = b.select(b.icmp_signed("<", room, low), low, room)
+        room = b.trunc(b.select(b.icmp_signed(">", room, high), high, room), I32)
+        return b.icmp_signed("<", self.lane_ids, splat(b, room, self.lanes))

@@ -20,14 +20,9 @@ from polyonnx.schedule.heuristics.gemm_defaults import vector_registers
 
 ROLLED_TAPS = 9
 """Windows of more live taps run their taps as a loop (_Gemm._rolled_taps), not unrolled:
-unrolled, LLVM hoisted 25 or 49 taps' broadcasts of A and spilled them. Measured on a
-Zen 5, 1 thread, ratio to onnxruntime's time: 5x5 Conv 128 -> 128 at 28 x 28 packed 1.18,
-in place unrolled 1.37, in place rolled 0.94; the 7x7 stride-2 stem over its phases
-(krnl/ops/phases.py) packed 1.19, in place rolled 0.95-0.96. A 3x3 window stays
-unrolled: 3x3 stride 2, 128 -> 128 at 56, 1.01 unrolled, 1.11 rolled. With AVX2 the taps
-stay unrolled (their masks are vectors there, not bits). As AVX2 code on the Zen 5: the
-5x5 Conv 5.15 ms unrolled, 7.76 rolled; the stem 2.02 unrolled, 2.10 rolled, 2.47
-packed from its input."""
+unrolled, LLVM hoisted 25 or 49 taps' broadcasts of A and spilled them. A 3x3 window stays
+unrolled. With AVX2 the taps stay unrolled (their masks are vectors there, not bits). The
+measurements are in docs/measurements.md."""
 
 
 class ColumnTaps(NamedTuple):
@@ -41,16 +36,28 @@ class ColumnTaps(NamedTuple):
     table: ir.Value | None
 
 
+class TapRead(NamedTuple):
+    """How a tile's tap loop loads B: per tap, per vector, the lanes ``masks`` to read;
+    ``select``: plain loads of every lane with the others zeroed (the tap rows lie in the
+    input plane, see ``_tap_vector``), else masked loads; ``table``: the rolled loop's
+    masks stored already (``ColumnTaps.table``), or None."""
+
+    masks: list[list[ir.Value]]
+    select: bool = False
+    table: ir.Value | None = None
+
+
 class TapLoops:
-    """The tap loops of ``_Gemm`` (a mixin: it reads the GEMM's state, ``self.taps``,
-    ``self.tap_masks``, the IR builder and the tile's helpers)."""
+    """The tap loops of ``_Gemm`` (a mixin: it reads the GEMM's fixed state, ``self.taps``,
+    the IR builder and the tile's helpers; how a tile loads its taps comes in as a
+    ``TapRead``)."""
 
     def column_taps(self, col: ir.Value) -> ColumnTaps:
         """What the tap loop of a whole tile (first column ``col``) needs, worked out once
         for the column's every row tile (emit/ukernel.py computes it before the row loop)."""
         b = self.b
-        masks = self._tap_masks(col, [self.all_lanes] * self.nv)
-        every = self.all_lanes
+        masks = self._tap_masks(col, [self.v.all_lanes] * self.nr_vectors)
+        every = self.v.all_lanes
         for t in self.taps.live:  # a dead slot's masks are all off
             for mask in masks[t]:
                 every = b.and_(every, mask)
@@ -67,10 +74,10 @@ class TapLoops:
     def _inside_or_edge(self, acc, a_rows, b_at, kcl, column: ColumnTaps):
         """The tap loop three ways: without masks where every tap's window of every column
         of the tile lies inside the image (most tiles of a wide image); with plain loads
-        and ``tap_masks`` zeroing lanes where every tap's row lies within the input
+        and the tap masks zeroing lanes where every tap's row lies within the input
         (``_within_plane``); else with masked loads. With AVX2's 16 registers the masks
-        (taps x NR / W) live on the stack, and a masked load then costs a reload: a 3x3
-        Conv 64->64 at 56x56 took 4.4 ms masked everywhere against 3.5 ms with no masks."""
+        (taps x NR / W) live on the stack, and a masked load then costs a reload (measured:
+        see docs/measurements.md)."""
         b = self.b
         names = ("inside", "plane", "plane.yes", "edge", "done")
         paths = dict(zip(names, (b.append_basic_block(f"taps.{n}") for n in names), strict=True))
@@ -84,12 +91,13 @@ class TapLoops:
             ("edge", column.masks, False),
         ]:
             b.position_at_end(paths[path])
-            self.tap_masks = masks or [[self.all_lanes] * self.nv for _ in column.masks]
-            self.tap_select = select
-            table = None if masks is None else column.table
-            results.append((self._tap_loop(acc, a_rows, b_at, kcl, table), b.block))
+            read = TapRead(
+                masks or [[self.v.all_lanes] * self.nr_vectors for _ in column.masks],
+                select=select,
+                table=None if masks is None else column.table,
+            )
+            results.append((self._tap_loop(acc, a_rows, b_at, kcl, read), b.block))
             b.branch(paths["done"])
-        self.tap_select = False
         b.position_at_end(paths["done"])
         return self._merge(results)
 
@@ -114,35 +122,36 @@ class TapLoops:
         tap, one masked load of the vector at column ``first`` (the window outside the
         image reads 0), its first DOT_COLUMNS lanes stored down the rows of ``self.bt``."""
         b, taps = self.b, self.taps
-        full, self.nv = self.nv, 1
-        masks = self._tap_masks(b.add(col, first), [self.below(ir.Constant(I64, 0), rest)])
-        self.nv = full
+        masks = self._tap_masks(b.add(col, first), [self.v.below(ir.Constant(I64, 0), rest)])
         channels = b.udiv(kcl, ir.Constant(I64, taps.count))
         with loop(b, ir.Constant(I64, 0), channels, 1, "btc") as channel:
             row = b.gep(src, [b.mul(channel, ir.Constant(I64, taps.step))], source_etype=F32)
             k0 = b.mul(channel, ir.Constant(I64, taps.count))
             for t, offset in enumerate(taps.offsets):
-                at = self._at(b.gep(row, [first], source_etype=F32), offset)
-                value = b.call(self.mload, [at, ir.Constant(I32, 4), masks[t][0], self.zero])
+                at = self.v.at(b.gep(row, [first], source_etype=F32), offset)
+                value = b.call(self.v.mload, [at, ir.Constant(I32, 4), masks[t][0], self.v.zero])
                 k = b.add(k0, ir.Constant(I64, t))
                 for j in range(DOT_COLUMNS):  # rows past ``rest`` get zeros, never read
                     to = b.add(b.mul(ir.Constant(I64, j), ir.Constant(I64, self.kcp)), k)
-                    b.store(b.extract_element(value, i32(j)), self._at(self.bt, to), align=4)
+                    b.store(b.extract_element(value, i32(j)), self.v.at(self.bt, to), align=4)
         with loop(b, ir.Constant(I64, 0), rest, 1, "btz") as j:
             end = b.add(b.mul(j, ir.Constant(I64, self.kcp)), kcl)
-            b.store(self.zero, b.bitcast(self._at(self.bt, end), self.vec.as_pointer()), align=4)
+            b.store(
+                self.v.zero, b.bitcast(self.v.at(self.bt, end), self.v.vec.as_pointer()), align=4
+            )
 
-    def _tap_loop(self, acc, a_rows, b_at, kcl, table=None):
+    def _tap_loop(self, acc, a_rows, b_at, kcl, read: TapRead):
         """The K loop over a Conv's input read in place: a channel a step, its taps
-        unrolled (or rolled, ROLLED_TAPS), each tap's B vectors loaded where its masks say
-        the window is inside the image (and the columns inside the tile); ``table``: the
-        rolled loop's masks stored already (ColumnTaps)."""
+        unrolled (or rolled, ROLLED_TAPS), each tap's B vectors loaded as ``read`` says:
+        where its masks say the window is inside the image (and the columns inside the
+        tile)."""
         b, taps = self.b, self.taps
         channels = b.udiv(kcl, ir.Constant(I64, taps.count))
         rolled = self._rolled()
-        masks = table
+        masks = read.table
+        vectors = len(read.masks[0])
         if masks is None and rolled:
-            masks = self._mask_table(self.tap_masks)
+            masks = self._mask_table(read.masks)
 
         def body(cur, channel):
             row = b.gep(b_at, [b.mul(channel, ir.Constant(I64, taps.step))], source_etype=F32)
@@ -150,10 +159,15 @@ class TapLoops:
                 self._prefetch_taps(b_at, channel, channels)
             first = b.mul(channel, ir.Constant(I64, taps.count))
             if rolled:
-                return self._rolled_taps(cur, a_rows, row, first, masks)
+                return self._rolled_taps(
+                    cur, a_rows, row, first, masks, select=read.select, vectors=vectors
+                )
             for t in taps.live:
                 offset = taps.offsets[t]
-                bv = [self._tap_vector(row, offset + v * self.w, t, v) for v in range(self.nv)]
+                bv = [
+                    self._tap_vector(row, offset + v * self.w, read, tap=t, v=v)
+                    for v in range(vectors)
+                ]
                 k = b.add(first, ir.Constant(I64, t)) if t else first
                 cur = self._fma_rows(cur, a_rows, k, bv)
             return cur
@@ -165,7 +179,7 @@ class TapLoops:
         tap loop reads, an integer of W bits each; None when every mask has all lanes on
         (the tile lies inside the image)."""
         b, taps = self.b, self.taps
-        masks = [tap_masks[t][v] for t in taps.live for v in range(self.nv)]
+        masks = [tap_masks[t][v] for t in taps.live for v in range(len(tap_masks[t]))]
         if all(isinstance(mask, ir.Constant) for mask in masks):
             return None
         bits = ir.IntType(self.w)
@@ -175,9 +189,10 @@ class TapLoops:
             b.store(b.bitcast(mask, bits), b.gep(table, [ir.Constant(I64, i)], source_etype=bits))
         return table
 
-    def _rolled_taps(self, acc, a_rows, row, first, masks):
+    def _rolled_taps(self, acc, a_rows, row, first, masks, *, select: bool, vectors: int):
         """A channel's live taps as a loop (not unrolled): each step reads its tap's B
-        offset and A column from constant tables, and its masks from ``masks``. Unrolled,
+        offset and A column from constant tables, and its masks from ``masks`` (with
+        ``select``, loads every lane and zeroes the masked ones). Unrolled,
         LLVM schedules a wide window's loads so early that the accumulators spill."""
         b, taps = self.b, self.taps
         live = len(taps.live)
@@ -191,18 +206,18 @@ class TapLoops:
                 for t in tables
             )
             bv = []
-            for v in range(self.nv):
+            for v in range(vectors):
                 at = b.gep(row, [b.add(offset, ir.Constant(I64, v * self.w))], source_etype=F32)
                 if masks is None:
-                    bv.append(b.load(at, typ=self.vec, align=4))
+                    bv.append(b.load(at, typ=self.v.vec, align=4))
                     continue
-                slot = b.add(b.mul(i, ir.Constant(I64, self.nv)), ir.Constant(I64, v))
+                slot = b.add(b.mul(i, ir.Constant(I64, vectors)), ir.Constant(I64, v))
                 word = b.load(b.gep(masks, [slot], source_etype=bits), typ=bits)
-                mask = b.bitcast(word, self.mask_t)
-                if self.tap_select:
-                    bv.append(b.select(mask, b.load(at, typ=self.vec, align=4), self.zero))
+                mask = b.bitcast(word, self.v.mask_t)
+                if select:
+                    bv.append(b.select(mask, b.load(at, typ=self.v.vec, align=4), self.v.zero))
                 else:
-                    bv.append(b.call(self.mload, [at, ir.Constant(I32, 4), mask, self.zero]))
+                    bv.append(b.call(self.v.mload, [at, ir.Constant(I32, 4), mask, self.v.zero]))
             return self._fma_rows(cur, a_rows, b.add(first, tap), bv)
 
         stop = ir.Constant(I64, live)
@@ -228,30 +243,30 @@ class TapLoops:
         row = b.gep(b_at, [b.mul(later, ir.Constant(I64, self.taps.step))], source_etype=F32)
         for first, end in tap_lines(self.taps, self.p.nr):
             for offset in [*range(first, end, LINE_FLOATS), end]:
-                b.call(self.prefetch, [self._at(row, offset), i32(0), i32(3), i32(1)])
+                b.call(self.v.prefetch, [self.v.at(row, offset), i32(0), i32(3), i32(1)])
 
-    def _tap_vector(self, row, offset: int, tap: int, v: int) -> ir.Value:
-        """Vector ``v`` of tap ``tap``'s B row: a masked load, or with ``tap_select`` (the
+    def _tap_vector(self, row, offset: int, read: TapRead, *, tap: int, v: int) -> ir.Value:
+        """Vector ``v`` of tap ``tap``'s B row: a masked load, or with ``read.select`` (the
         row lies in the plane) a plain load and its masked lanes zeroed, an AND whose mask
         can stay in memory: with AVX2's 16 registers a masked load needs its mask in one,
         and a 6x16 tile's accumulators then spill."""
-        b, mask = self.b, self.tap_masks[tap][v]
-        at = self._at(row, offset)
+        b, mask = self.b, read.masks[tap][v]
+        at = self.v.at(row, offset)
         if isinstance(mask, ir.Constant):
-            return b.load(at, typ=self.vec, align=4)
-        if self.tap_select:
-            return b.select(mask, b.load(at, typ=self.vec, align=4), self.zero)
-        return b.call(self.mload, [at, ir.Constant(I32, 4), mask, self.zero])
+            return b.load(at, typ=self.v.vec, align=4)
+        if read.select:
+            return b.select(mask, b.load(at, typ=self.v.vec, align=4), self.v.zero)
+        return b.call(self.v.mload, [at, ir.Constant(I32, 4), mask, self.v.zero])
 
     def _tap_masks(self, col: ir.Value, masks: list[ir.Value]) -> list[list[ir.Value]]:
         """Per tap, per vector of the tile (first column ``col``): the lanes whose input
         element lies inside the image, and inside the tile (``masks``)."""
         b, geo, taps = self.b, self.geo, self.taps
         vec32 = ir.VectorType(I32, self.w)
-        out = [list(masks[: self.nv]) for _ in taps.offsets]
-        for v in range(self.nv):
+        out = [list(masks) for _ in taps.offsets]
+        for v in range(len(masks)):
             first = b.trunc(b.add(col, ir.Constant(I64, v * self.w)), I32)
-            flat = b.add(splat(b, first, self.w), self.lane_ids)
+            flat = b.add(splat(b, first, self.w), self.v.lane_ids)
             values = {}
             for d in reversed(geo.cols):
                 size = ir.Constant(vec32, [geo.sizes[d]] * self.w)

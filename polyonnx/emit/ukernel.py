@@ -17,13 +17,9 @@ For one value of the outer dims, ``gemm(A, B, C, i_lo, i_hi, j_lo, j_hi)`` compu
 
 Where B is read a row at a time (a MatMul, a 1x1 Conv: ``ldb``), the block's first row
 tile packs it instead, as it computes: it reads B in place and stores each vector it
-loads to Bp, and the other row tiles read Bp (``_Gemm.fuse_packing``). The copy then
-runs under that tile's FMAs rather than as a pass of its own. Measured on a Zen 5, 1
-thread, alternating rounds, time ratios to numpy, a packing pass -> fused: MatMul 1024^3
-0.512 -> 0.502, 2048^3 0.515 -> 0.510, 1000^3 0.517 -> 0.505, 512^3 0.510 -> 0.498,
-256 x 1024 x 196 0.535 -> 0.527 (4096 x 64 x 4096 alike); light ResNet-50 0.863 -> 0.856
-and DenseNet-121 0.741 -> 0.730 times onnxruntime's time. Prefetching B rows ahead in
-that tile measured alike (4 to 16 rows).
+loads to Bp, and the other row tiles read Bp (``Packing.fuse_packing``). The copy then
+runs under that tile's FMAs rather than as a pass of its own (measured: see
+docs/measurements.md).
 
 With packb=0, B is not packed but read in place: row by row (a MatMul, a 1x1 Conv), or,
 for a padded stride-1 Conv whose output rows are as long as its input rows, a channel a
@@ -44,15 +40,25 @@ across lanes. Split over threads, each thread takes a range of columns
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llvmlite import ir
 
 from polyonnx.emit import ops, threads
-from polyonnx.emit.irhelp import DOT_COLUMNS, F32, I32, LINE_FLOATS, at_most, i32, lesser, loop
-from polyonnx.emit.llvmtypes import I64, PTR, constant, intrinsic, no_unroll, splat
+from polyonnx.emit.irhelp import (
+    DOT_COLUMNS,
+    F32,
+    I32,
+    LINE_FLOATS,
+    Vectors,
+    at_most,
+    i32,
+    lesser,
+    loop,
+)
+from polyonnx.emit.llvmtypes import I64, PTR, constant, no_unroll, splat
 from polyonnx.emit.packing import Packing
-from polyonnx.emit.taps import TapLoops
+from polyonnx.emit.taps import ColumnTaps, TapLoops, TapRead
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import Access, Binary, Cast, Const, Load, Select, Statement, Unary
 from polyonnx.schedule.gemm import Affine, Geometry, Params
@@ -120,7 +126,9 @@ def emit_gemm_call(
     # threads, 8 vectors of work against 5; vectors split them 112 + 84, 7 against 6
     step = params.mr if params.split == "rows" else lanes if gemm.panels is None else params.nr
     extent = geo.m if params.split == "rows" else geo.n
-    body = _chunk_body(b.module, name + ".chunk", gemm_fn, params.split, step, extent, geo)
+    body = _chunk_body(
+        b.module, name + ".chunk", gemm_fn, split=params.split, step=step, extent=extent, geo=geo
+    )
     with b.goto_block(b.function.entry_basic_block):  # once, not per outer iteration
         ctx = b.alloca(I64, ir.Constant(I64, len(bases)), "gemm.ctx")
     for k, ptr in enumerate(bases):
@@ -139,8 +147,18 @@ def _base(b: ir.IRBuilder, pointer: ir.Value, op, outer: dict[int, ir.Value]) ->
     return b.gep(pointer, [offset], source_etype=F32)
 
 
-def _chunk_body(module, name, gemm, split, step, extent, geo) -> ir.Function:
-    """``body(ctx, lo, hi)``: chunks lo..hi (inclusive) of ``step`` rows or columns."""
+def _chunk_body(
+    module: ir.Module,
+    name: str,
+    gemm: ir.Function,
+    *,
+    split: str,
+    step: int,
+    extent: int,
+    geo: Geometry,
+) -> ir.Function:
+    """``body(ctx, lo, hi)``: chunks lo..hi (inclusive) of ``step`` rows or columns of
+    ``extent`` (split along ``split``: "rows" or "cols"), each a call of ``gemm``."""
     fn = ir.Function(module, threads.BODY_TYPE, name)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     ctx, lo, hi = fn.args
@@ -163,183 +181,274 @@ def _chunk_body(module, name, gemm, split, step, extent, geo) -> ir.Function:
 # ---- the GEMM function ----------------------------------------------------------------
 
 
+@dataclass(frozen=True, eq=False)
+class Scratch:
+    """The GEMM function's stack buffers (allocated once, in its entry block)."""
+
+    b_panel: ir.Value | None
+    """B's KC x NCP block packed a micro-panel after another, or None (B read in place, or
+    its copy packed when compiling)."""
+    a_panel: ir.Value | None
+    """A's MC x KC block packed MR rows interleaved, or None (A read in place)."""
+    fused: bool
+    """The block's first row tile packs B as it computes (``Packing.fuse_packing``)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Block:
+    """One (NC, KC) block of the loops: columns from ``jc`` (``nc`` of them), reduction
+    rows from ``kc`` (``k_len`` of them)."""
+
+    jc: ir.Value
+    nc: ir.Value
+    kc: ir.Value
+    k_len: ir.Value
+    starting: ir.Value
+    """Whether this is the first K block: the prologue initialises the accumulators."""
+    finishing: ir.Value
+    """Whether this is the last K block: the epilogue finishes the accumulators."""
+
+
+@dataclass(frozen=True, eq=False)
+class ColumnTile:
+    """The NR columns from ``jr`` of a block, shared by its row tiles."""
+
+    jr: ir.Value
+    cols: ir.Value
+    """How many of its NR columns hold data (NR, or fewer in the block's last tile)."""
+    masks: tuple[ir.Value, ...]
+    """Per vector of NR, the lanes that hold columns."""
+    first: ir.Value
+    """Whether this is a row panel's first column tile (jr = 0): A comes from memory."""
+    dot: ir.Value | None
+    """Whether this tile ends in 1..DOT_COLUMNS columns past whole vectors (dot products,
+    ``_Gemm.dot_columns``), or None where no tile can."""
+    taps: ColumnTaps | None
+    """Its whole tiles' tap masks (emit/taps.py) where B is a Conv's input read in place."""
+
+
+@dataclass(frozen=True, eq=False)
+class BRead:
+    """How a tile reads B: ``in_place`` (B itself, ``ldb`` floats a k, under the tile's
+    column masks: a partial tile's missing columns are not read), else a packed
+    micro-panel (whole, aligned NR tiles). ``store``: while B is read in place, the packed
+    micro-panel each loaded vector is also stored to (``Scratch.fused``)."""
+
+    in_place: bool
+    store: ir.Value | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class RowTile:
+    """One MR x NR register tile: rows from ``row`` (those at ``row_end`` or past it are
+    computed again from the last row and not stored) of a column tile."""
+
+    block: Block
+    column: ColumnTile
+    row: ir.Value
+    row_end: ir.Value
+    col: ir.Value
+    """The tile's first column (jc + jr)."""
+    a_at: ir.Value
+    """A at column kc (A in place)."""
+    b_at: ir.Value
+    """B's rows kc.. at the tile's first column: in place, its packed micro-panel or its
+    copy packed when compiling."""
+    c_at: ir.Value
+    """C at the tile's first column, row 0."""
+    packed: ir.Value | None
+    """The tile's MR interleaved rows in A's packed panel, or None (A in place)."""
+    b_read: BRead
+
+
 def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
     geo, params = gemm.geo, gemm.params
     signature = ir.FunctionType(ir.VoidType(), [PTR] * (3 + len(extra)) + [I64] * 4)
     fn = ir.Function(module, signature, name)
     for arg in fn.args[:2]:  # not C: an epilogue operand may share its storage (in place)
         arg.add_attribute("noalias")
-    a, bmat, c = fn.args[:3]
-    i_lo, i_hi, j_lo, j_hi = fn.args[-4:]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    g = _Gemm(b, geo, params, lanes, gemm.panels is not None)
-    g.epilogue = gemm.epilogue
-    g.prologue = gemm.prologue
-    g.out = gemm.stmt.write.buffer
-    g.extra = {
+    operands = {
         (tail.name, acc): (ptr, affine, step)
         for (tail, acc, affine, step), ptr in zip(extra, fn.args[3:-4], strict=True)
     }
-    panel = None
-    if params.packb and gemm.panels is None:
-        panel = b.alloca(F32, ir.Constant(I64, params.kc * g.ncp), "bp")
-        panel.align = 64
-    ends = geo.n % lanes  # columns past whole vectors: at N's end, or in every NC block
-    if not params.packa and (0 < ends <= DOT_COLUMNS or params.nc % lanes):
-        # A in place (contiguous along k): see _Gemm.dot_columns
-        g.kcp = -(-params.kc // lanes) * lanes + lanes
-        g.bt = b.alloca(F32, ir.Constant(I64, DOT_COLUMNS * g.kcp), "bt")
-        g.bt.align = 64
-    a_panel = None
-    if params.packa:
-        rows = -(-params.mc // params.mr) * params.mr
-        a_panel = b.alloca(F32, ir.Constant(I64, rows * params.kc), "ap")
-        a_panel.align = 64
-    fused = panel is not None and g.fuse_packing
+    g = _Gemm(b, gemm, lanes, operands)
+    scratch = g.allocate_scratch()
+    i_lo, i_hi, j_lo, j_hi = fn.args[-4:]
     with loop(b, j_lo, j_hi, params.nc, "jc") as jc:
         nc = at_most(b, b.sub(j_hi, jc), params.nc)
         with loop(b, ir.Constant(I64, 0), ir.Constant(I64, geo.k), params.kc, "kc") as kc:
             kcl = at_most(b, b.sub(ir.Constant(I64, geo.k), kc), params.kc)
-            g.finishing = b.icmp_signed("==", b.add(kc, kcl), ir.Constant(I64, geo.k))
-            g.starting = b.icmp_signed("==", kc, ir.Constant(I64, 0))
-            if panel is not None and not fused:
-                g.pack_b(panel, bmat, kc, kcl, jc, nc)
-            with loop(b, i_lo, i_hi, params.mc, "ic") as ic:
-                ie = lesser(b, b.add(ic, ir.Constant(I64, params.mc)), i_hi)
-                if a_panel is not None:
-                    g.pack_a(a_panel, a, ic, ie, kc, kcl)
-                with loop(b, ir.Constant(I64, 0), nc, params.nr, "jr") as jr:
-                    cols = at_most(b, b.sub(nc, jr), params.nr)
-                    g.first_tile = b.icmp_signed("==", jr, ir.Constant(I64, 0))
-                    masks = g.column_masks(cols)
-                    # a whole tile's tap masks, once for all its row tiles, not a row tile
-                    # each: the 7x7 stride-2 stem, 1 thread 0.98 -> 0.94 of onnxruntime's
-                    # time, 2 threads 1.01 -> 0.95 (Zen 5, alternating rounds)
-                    g.column = g.column_taps(b.add(jc, jr)) if g.taps is not None else None
-                    g.b_masks = None if panel is not None or g.panels else masks
-                    if g.bt is not None:
-                        rest = b.urem(cols, ir.Constant(I64, lanes))
-                        g.dot = b.and_(
-                            b.icmp_signed(">", rest, ir.Constant(I64, 0)),
-                            b.icmp_signed("<=", rest, ir.Constant(I64, DOT_COLUMNS)),
-                        )
-                        if panel is not None:
-                            src, step = g.panel_tile(panel, jr), params.nr
-                        elif g.panels:
-                            src, step = g.copy_tile(bmat, kc, b.add(jc, jr)), params.nr
-                        else:
-                            first = g.b_first(kc, b.add(jc, jr))
-                            src, step = b.gep(bmat, [first], source_etype=F32), g.ldb
-                        with b.if_then(g.dot):
-                            if g.taps is None:
-                                g.fill_columns(src, step, b.sub(cols, rest), rest, kcl)
-                            else:
-                                g.fill_taps(src, b.add(jc, jr), b.sub(cols, rest), rest, kcl)
-                    with loop(b, ic, ie, params.mr, "ir") as ir_:
-                        a_at = b.gep(a, [kc], source_etype=F32)
-                        c_at = b.gep(c, [b.add(jc, jr)], source_etype=F32)
-                        if panel is not None:
-                            b_at = g.panel_tile(panel, jr)
-                        elif g.panels:
-                            b_at = g.copy_tile(bmat, kc, b.add(jc, jr))
-                        else:  # B in place
-                            b_at = b.gep(bmat, [g.b_first(kc, b.add(jc, jr))], source_etype=F32)
-                        packed = None
-                        if a_panel is not None:
-                            tile = b.sdiv(b.sub(ir_, ic), ir.Constant(I64, params.mr))
-                            size = b.mul(kcl, ir.Constant(I64, params.mr))
-                            packed = b.gep(a_panel, [b.mul(tile, size)], source_etype=F32)
-                        args = (c_at, ir_, ie, kcl, masks, b.add(jc, jr), packed)
-                        if fused:
-                            first = b.and_(
-                                b.icmp_signed("==", ic, i_lo), b.icmp_signed("==", ir_, ic)
-                            )
-                            with b.if_else(first) as (then, otherwise):
-                                with then:  # B in place, its vectors stored to the panel too
-                                    in_place = g.b_first(kc, b.add(jc, jr))
-                                    b_src = b.gep(bmat, [in_place], source_etype=F32)
-                                    g.b_masks, g.b_store = masks, b_at
-                                    g.edge_tiles(cols, a_at, b_src, *args)
-                                    g.b_masks, g.b_store = None, None
-                                with otherwise:
-                                    g.edge_tiles(cols, a_at, b_at, *args)
-                        else:
-                            g.edge_tiles(cols, a_at, b_at, *args)
+            finishing = b.icmp_signed("==", b.add(kc, kcl), ir.Constant(I64, geo.k))
+            starting = b.icmp_signed("==", kc, ir.Constant(I64, 0))
+            block = Block(jc, nc, kc, kcl, starting=starting, finishing=finishing)
+            _block(g, fn, scratch, block, rows=(i_lo, i_hi))
     b.ret_void()
     return fn
 
 
-class _Gemm(TapLoops, Packing):
-    def __init__(
-        self, b: ir.IRBuilder, geo: Geometry, params: Params, lanes: int, panels: bool = False
-    ):
+def _block(g: _Gemm, fn: ir.Function, scratch: Scratch, block: Block, *, rows) -> None:
+    """One (NC, KC) block: B packed (unless fused or read in place), then its MC row
+    blocks, A packed in each where it is, and their column tiles."""
+    b, params = g.b, g.p
+    a, bmat = fn.args[:2]
+    i_lo, i_hi = rows
+    if scratch.b_panel is not None and not scratch.fused:
+        g.packing.pack_b(scratch.b_panel, bmat, block.kc, block.k_len, block.jc, block.nc)
+    with loop(b, i_lo, i_hi, params.mc, "ic") as ic:
+        ie = lesser(b, b.add(ic, ir.Constant(I64, params.mc)), i_hi)
+        if scratch.a_panel is not None:
+            g.packing.pack_a(scratch.a_panel, a, ic, ie, block.kc, block.k_len)
+        with loop(b, ir.Constant(I64, 0), block.nc, params.nr, "jr") as jr:
+            column = _column_tile(g, bmat, scratch, block, jr)
+            with loop(b, ic, ie, params.mr, "ir") as ir_:
+                _row_tile(g, fn, scratch, block, column, rows=(i_lo, ic, ir_, ie))
+
+
+def _column_tile(
+    g: _Gemm, bmat: ir.Value, scratch: Scratch, block: Block, jr: ir.Value
+) -> ColumnTile:
+    """The column tile's masks and tap masks, and where its last columns are dot
+    products, B's columns past whole vectors copied contiguous (``_Gemm.bt``)."""
+    b, params, lanes = g.b, g.p, g.w
+    jc, kc, kcl = block.jc, block.kc, block.k_len
+    cols = at_most(b, b.sub(block.nc, jr), params.nr)
+    first = b.icmp_signed("==", jr, ir.Constant(I64, 0))
+    masks = g.column_masks(cols)
+    # a whole tile's tap masks, once for all its row tiles, not a row tile each (see
+    # docs/measurements.md)
+    taps = g.column_taps(b.add(jc, jr)) if g.taps is not None else None
+    if g.bt is None:
+        return ColumnTile(jr, cols, tuple(masks), first, dot=None, taps=taps)
+    rest = b.urem(cols, ir.Constant(I64, lanes))
+    dot = b.and_(
+        b.icmp_signed(">", rest, ir.Constant(I64, 0)),
+        b.icmp_signed("<=", rest, ir.Constant(I64, DOT_COLUMNS)),
+    )
+    if scratch.b_panel is not None:
+        src, step = g.packing.panel_tile(scratch.b_panel, jr), params.nr
+    elif g.panels:
+        src, step = g.copy_tile(bmat, kc, b.add(jc, jr)), params.nr
+    else:
+        src, step = b.gep(bmat, [g.b_first(kc, b.add(jc, jr))], source_etype=F32), g.ldb
+    with b.if_then(dot):
+        if g.taps is None:
+            g.fill_columns(src, step, b.sub(cols, rest), rest, kcl)
+        else:
+            g.fill_taps(src, b.add(jc, jr), b.sub(cols, rest), rest, kcl)
+    return ColumnTile(jr, cols, tuple(masks), first, dot=dot, taps=taps)
+
+
+def _row_tile(
+    g: _Gemm, fn: ir.Function, scratch: Scratch, block: Block, column: ColumnTile, *, rows
+) -> None:
+    """One row tile of a column tile: where B is packed as it is computed, the block's
+    first row tile reads B in place and stores it to the panel, the others read the
+    panel."""
+    b, params = g.b, g.p
+    a, bmat, c = fn.args[:3]
+    i_lo, ic, ir_, ie = rows
+    jc, jr, kc, kcl = block.jc, column.jr, block.kc, block.k_len
+    a_at = b.gep(a, [kc], source_etype=F32)
+    c_at = b.gep(c, [b.add(jc, jr)], source_etype=F32)
+    if scratch.b_panel is not None:
+        b_at = g.packing.panel_tile(scratch.b_panel, jr)
+    elif g.panels:
+        b_at = g.copy_tile(bmat, kc, b.add(jc, jr))
+    else:  # B in place
+        b_at = b.gep(bmat, [g.b_first(kc, b.add(jc, jr))], source_etype=F32)
+    packed = None
+    if scratch.a_panel is not None:
+        index = b.sdiv(b.sub(ir_, ic), ir.Constant(I64, params.mr))
+        size = b.mul(kcl, ir.Constant(I64, params.mr))
+        packed = b.gep(scratch.a_panel, [b.mul(index, size)], source_etype=F32)
+    in_place = scratch.b_panel is None and not g.panels
+    tile = RowTile(
+        block=block,
+        column=column,
+        row=ir_,
+        row_end=ie,
+        col=b.add(jc, jr),
+        a_at=a_at,
+        b_at=b_at,
+        c_at=c_at,
+        packed=packed,
+        b_read=BRead(in_place),
+    )
+    if not scratch.fused:
+        g.edge_tiles(tile)
+        return
+    first = b.and_(b.icmp_signed("==", ic, i_lo), b.icmp_signed("==", ir_, ic))
+    with b.if_else(first) as (then, otherwise):
+        with then:  # B in place, its vectors stored to the panel too
+            b_src = b.gep(bmat, [g.b_first(kc, b.add(jc, jr))], source_etype=F32)
+            g.edge_tiles(replace(tile, b_at=b_src, b_read=BRead(True, store=b_at)))
+        with otherwise:
+            g.edge_tiles(tile)
+
+
+class _Gemm(TapLoops):
+    """The GEMM function's builder and what stays fixed while it is built: the geometry,
+    parameters, epilogue, operands and intrinsics. What changes from tile to tile comes in
+    as arguments (``Block``, ``ColumnTile``, ``RowTile``)."""
+
+    def __init__(self, b: ir.IRBuilder, gemm: Gemm, lanes: int, operands: dict):
+        geo, params = gemm.geo, gemm.params
         self.b, self.geo, self.p, self.w = b, geo, params, lanes
-        self.panels = panels
+        self.panels = gemm.panels is not None
         """B is the copy packed when compiling (``copy_tile``)."""
-        self.epilogue: tuple[Statement, ...] = ()
-        self.out = ""
-        self.extra: dict = {}
-        self.finishing: ir.Value | None = None
-        self.b_masks: list[ir.Value] | None = None
-        self.b_store: ir.Value | None = None
-        """While B is read in place: the packed micro-panel each loaded vector is also
-        stored to (the first row tile packs B as it computes, ``fuse_packing``)."""
+        self.epilogue = gemm.epilogue
+        self.prologue = gemm.prologue
+        self.out = gemm.stmt.write.buffer
+        self.extra = operands
+        """(epilogue statement name, access) -> (pointer, offset, column step)."""
         self.whole_rows = geo.m % params.mr == 0 and params.mc % params.mr == 0
         """Every row tile is whole (MR divides M and MC; thread splits are whole tiles):
         no clamped rows, no checks before storing them."""
         self.bt: ir.Value | None = None
+        """B's last 1..DOT_COLUMNS columns of a tile, one row of ``kcp`` floats a column
+        (``dot_columns``), or None; allocated by ``allocate_scratch``."""
         self.kcp = 0
-        self.dot: ir.Value | None = None
-        """Whether this column tile ends in 1..DOT_COLUMNS columns past whole vectors."""
         self.ldb = b_row_stride(geo) or 0
-        in_place = not params.packb and not self.ldb and not panels
+        in_place = not params.packb and not self.ldb and not self.panels
         self.taps = b_taps(geo) if in_place else None
         """B read in place from a padded Conv's input, a window of taps a channel."""
-        self.tap_masks: list[list[ir.Value]] = []
-        self.column = None
-        """The current column's ColumnTaps (emit/taps.py) for its whole tiles (set before
-        its row tiles where B is read in place), or None."""
-        self.tap_select = False
-        """Tap loads read every lane and zero the masked ones (see ``_tap_vector``)."""
         self.tap_tables: list[ir.GlobalVariable] = []
         self.tap_reads = tap_span(geo, self.taps) if self.taps is not None else (0, -1)
         """The lowest and highest offset from a channel's B row that the domain reads."""
-        self.starting: ir.Value | None = None
-        self.first_tile: ir.Value | None = None
-        """Whether this is a row panel's first column tile (jr = 0): A comes from memory."""
-        self.prologue: Statement | None = None
-        self.vec = ir.VectorType(F32, lanes)
-        self.mask_t = ir.VectorType(ir.IntType(1), lanes)
-        self.nv = params.nr // lanes
+        self.nr_vectors = params.nr // lanes
+        """Vectors of a whole tile's row (NR / W); a tile being emitted has as many as its
+        column masks (fewer in a partial tile, one for a dot product column)."""
         self.ncp = -(-params.nc // params.nr) * params.nr + params.nr
         """Packed panel width: whole NR tiles plus one (room to zero a partial one). The
         panel is stored a micro-panel at a time: column j of row k at
         ``(j // NR) * KC * NR + k * NR + j % NR``, so that the micro-kernel reads B
         contiguously, a line or two per k, and not one line a page apart per k."""
-        module = b.module
-        self.fma = intrinsic(
-            module, f"llvm.{multiply_add(module)}.v{lanes}f32", self.vec, [self.vec] * 3
-        )
-        self.mload = intrinsic(
-            module, f"llvm.masked.load.v{lanes}f32.p0", self.vec, [PTR, I32, self.mask_t, self.vec]
-        )
-        self.mstore = intrinsic(
-            module,
-            f"llvm.masked.store.v{lanes}f32.p0",
-            ir.VoidType(),
-            [self.vec, PTR, I32, self.mask_t],
-        )
-        ptrs = ir.VectorType(PTR, lanes)
-        self.gather = intrinsic(
-            module,
-            f"llvm.masked.gather.v{lanes}f32.v{lanes}p0",
-            self.vec,
-            [ptrs, I32, self.mask_t, self.vec],
-        )
-        self.prefetch = intrinsic(module, "llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
-        self.zero = ir.Constant(self.vec, [0.0] * lanes)
-        self.all_lanes = ir.Constant(self.mask_t, [1] * lanes)
-        self.lane_ids = ir.Constant(ir.VectorType(I32, lanes), list(range(lanes)))
+        self.v = Vectors.declare(b, lanes, multiply_add=multiply_add(b.module))
+        """The IR builder's vector types, intrinsics and constants."""
+        self.packing = Packing(self.v, geo, params, self.ldb)
+
+    def allocate_scratch(self) -> Scratch:
+        """The stack buffers, in the entry block: B's packed panel, the dot products'
+        columns (``bt``, where A is read in place and a tile may end in a few columns
+        past whole vectors: see ``dot_columns``), A's packed panel."""
+        b, params, lanes = self.b, self.p, self.w
+        b_panel = None
+        if params.packb and not self.panels:
+            b_panel = b.alloca(F32, ir.Constant(I64, params.kc * self.ncp), "bp")
+            b_panel.align = 64
+        ends = self.geo.n % lanes  # columns past whole vectors: at N's end, or every block
+        if not params.packa and (0 < ends <= DOT_COLUMNS or params.nc % lanes):
+            self.kcp = -(-params.kc // lanes) * lanes + lanes
+            self.bt = b.alloca(F32, ir.Constant(I64, DOT_COLUMNS * self.kcp), "bt")
+            self.bt.align = 64
+        a_panel = None
+        if params.packa:
+            rows = -(-params.mc // params.mr) * params.mr
+            a_panel = b.alloca(F32, ir.Constant(I64, rows * params.kc), "ap")
+            a_panel.align = 64
+        fused = b_panel is not None and self.packing.fuse_packing(dot_columns=self.bt is not None)
+        return Scratch(b_panel, a_panel, fused)
 
     def copy_tile(self, copy: ir.Value, kc: ir.Value, col: ir.Value) -> ir.Value:
         """The micro-panel of columns ``col ..`` (a multiple of NR) and rows ``kc ..`` in
@@ -361,40 +470,28 @@ class _Gemm(TapLoops, Packing):
 
     # -- masks ---------------------------------------------------------------------------
 
-    def below(self, start: ir.Value, limit: ir.Value) -> ir.Value:
-        """Lanes l with start + l < limit (i64 scalars)."""
-        room = self.b.trunc(self._clamp_room(self.b.sub(limit, start)), I32)
-        return self.b.icmp_signed("<", self.lane_ids, splat(self.b, room, self.w))
-
-    def _clamp_room(self, room: ir.Value) -> ir.Value:
-        b = self.b
-        low = ir.Constant(I64, -1)
-        high = ir.Constant(I64, self.w + 1)
-        room = b.select(b.icmp_signed("<", room, low), low, room)
-        return b.select(b.icmp_signed(">", room, high), high, room)
-
     def column_masks(self, cols: ir.Value) -> list[ir.Value]:
-        return [self.below(ir.Constant(I64, v * self.w), cols) for v in range(self.nv)]
+        return [self.v.below(ir.Constant(I64, v * self.w), cols) for v in range(self.nr_vectors)]
 
     # -- the micro-kernel ----------------------------------------------------------------
 
-    def edge_tiles(self, cols, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed) -> None:
+    def edge_tiles(self, tile: RowTile) -> None:
         """The tile of ``cols`` columns: the NR-wide micro-kernel, or for the last, partial
         tile, one with only the vectors that hold columns (ceil(cols / W); a 14x14 Conv's
-        196 columns are then 13 vectors of work, not 14), or where ``self.dot`` says so,
+        196 columns are then 13 vectors of work, not 14), or where ``column.dot`` says so,
         the whole vectors and then the last few columns as dot products."""
-        b, w, full = self.b, self.w, self.nv
-        if full == 1 and self.dot is None:
-            self.whole_or_masked(cols, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed)
+        b, w, full = self.b, self.w, self.nr_vectors
+        cols, masks, dot = tile.column.cols, list(tile.column.masks), tile.column.dot
+        if full == 1 and dot is None:
+            self.whole_or_masked(tile)
             return
         vectors = b.udiv(b.add(cols, ir.Constant(I64, w - 1)), ir.Constant(I64, w))
-        if self.dot is not None:
-            vectors = b.select(self.dot, b.udiv(cols, ir.Constant(I64, w)), vectors)
+        if dot is not None:
+            vectors = b.select(dot, b.udiv(cols, ir.Constant(I64, w)), vectors)
         done = b.append_basic_block("tile.done")
         whole = b.append_basic_block("tile.whole")
         switch = b.switch(vectors, whole)
         switch.add_case(ir.Constant(I64, 0), done)
-        in_place = self.b_masks is not None
         for nv in [*range(1, full), full]:
             if nv < full:
                 block = b.append_basic_block(f"tile.v{nv}")
@@ -402,68 +499,64 @@ class _Gemm(TapLoops, Packing):
             else:
                 block = whole
             b.position_at_end(block)
-            self.nv = nv
-            self.b_masks = masks[:nv] if in_place else None
             if nv < full:
-                self.micro(a_at, b_at, c_at, ir_, ie, kcl, masks[:nv], col, packed)
+                self.micro(tile, masks[:nv])
             else:
-                self.whole_or_masked(cols, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed)
+                self.whole_or_masked(tile)
             b.branch(done)
-        self.nv = full
-        self.b_masks = masks if in_place else None
         b.position_at_end(done)
-        if self.dot is not None:
-            with b.if_then(self.dot):
+        if dot is not None:
+            with b.if_then(dot):
                 at = b.mul(vectors, ir.Constant(I64, w))
-                self.dot_columns(a_at, c_at, ir_, ie, kcl, b.add(col, at), b.sub(cols, at), at)
+                self.dot_columns(tile, col=b.add(tile.col, at), rest=b.sub(cols, at), offset=at)
 
-    def whole_or_masked(self, cols, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed):
+    def whole_or_masked(self, tile: RowTile) -> None:
         """The NR-wide micro-kernel twice: for a tile of all NR columns with constant masks
-        (LLVM then emits plain loads and stores), else under ``masks``. Masked stores are
-        microcoded on Zen 2/3 (AVX2 ``vmaskmovps``): a 6 x 16 tile's twelve of them took a
-        fifth of its time at K = 256."""
+        (LLVM then emits plain loads and stores), else under the column's masks. Masked
+        stores are microcoded on Zen 2/3 (AVX2 ``vmaskmovps``; see docs/measurements.md)."""
         b = self.b
-        ones = [self.all_lanes] * self.nv
-        in_place = self.b_masks is not None
-        exact = b.icmp_signed("==", cols, ir.Constant(I64, self.p.nr))
+        ones = [self.v.all_lanes] * self.nr_vectors
+        exact = b.icmp_signed("==", tile.column.cols, ir.Constant(I64, self.p.nr))
         with b.if_else(exact, likely=True) as (then, otherwise):
             with then:
-                self.b_masks = ones if in_place else None
-                self.micro(a_at, b_at, c_at, ir_, ie, kcl, ones, col, packed)
+                self.micro(tile, ones)
             with otherwise:
-                self.b_masks = masks if in_place else None
-                self.micro(a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed)
+                self.micro(tile, list(tile.column.masks))
 
-    def micro(self, a_at, b_at, c_at, ir_, ie, kcl, masks, col, packed=None) -> None:
-        """One MR x NR tile; A read in place (``a_at``: A at column kc), or from its packed
-        panel (``packed``: this tile's MR-interleaved rows)."""
-        rows, a_rows, c_rows = self._rows(a_at, c_at, ir_, ie, packed)
-        self._prefetch(c_rows, rows, col)
-        acc = self._initial(c_rows, rows, masks, col)
+    def micro(self, tile: RowTile, masks: list[ir.Value]) -> None:
+        """One MR x NR tile of a vector per mask of ``masks``; A read in place
+        (``tile.a_at``) or from its packed panel (``tile.packed``: the tile's
+        MR-interleaved rows)."""
+        kcl = tile.block.k_len
+        rows, a_rows, c_rows = self._rows(tile, packed=tile.packed)
+        self._prefetch(c_rows, rows, tile.col, vectors=len(masks))
+        acc = self._initial(c_rows, rows, masks, tile.col, tile.block.starting)
         if self.taps is None:
-            acc = self._k_loop(acc, a_rows, b_at, kcl)
+            acc = self._k_loop(acc, a_rows, tile, masks)
         elif all(isinstance(mask, ir.Constant) for mask in masks):  # all NR columns
-            acc = self._inside_or_edge(acc, a_rows, b_at, kcl, self.column)
+            acc = self._inside_or_edge(acc, a_rows, tile.b_at, kcl, tile.column.taps)
         else:
-            self.tap_masks = self._tap_masks(col, masks)
-            acc = self._tap_loop(acc, a_rows, b_at, kcl)
-        self._finish_tile(acc, c_rows, rows, masks, col, ir_, ie)
+            read = TapRead(self._tap_masks(tile.col, masks))
+            acc = self._tap_loop(acc, a_rows, tile.b_at, kcl, read)
+        self._finish_tile(acc, tile, c_rows=c_rows, rows=rows, masks=masks, col=tile.col)
 
     def _merge(self, tiles):
         """One accumulator tile of phis over ``tiles``: (tile, the block it comes from)."""
         first = tiles[0][0]
-        merged = [[self.b.phi(self.vec) for _ in row] for row in first]
+        merged = [[self.b.phi(self.v.vec) for _ in row] for row in first]
         for tile, block in tiles:
             for row, phis in zip(tile, merged, strict=True):
                 for value, phi in zip(row, phis, strict=True):
                     phi.add_incoming(value, block)
         return merged
 
-    def _rows(self, a_at, c_at, ir_, ie, packed):
-        """The tile's rows (past ``ie``: the last row again, computed but not stored), and
-        their A (pointer, step along k) and C pointers."""
+    def _rows(self, tile: RowTile, *, packed: ir.Value | None):
+        """The tile's rows (past ``row_end``: the last row again, computed but not
+        stored), and their A (pointer, step along k; from ``packed`` where not None) and
+        C pointers."""
         b, p, geo = self.b, self.p, self.geo
-        last = b.sub(ie, ir.Constant(I64, 1))
+        ir_, a_at, c_at = tile.row, tile.a_at, tile.c_at
+        last = b.sub(tile.row_end, ir.Constant(I64, 1))
         a_rows, c_rows, rows = [], [], []
         for r in range(p.mr):
             row = b.add(ir_, ir.Constant(I64, r))
@@ -474,20 +567,21 @@ class _Gemm(TapLoops, Packing):
                 at = b.gep(a_at, [b.mul(row, ir.Constant(I64, geo.lda))], source_etype=F32)
                 a_rows.append((at, 1))
             else:
-                a_rows.append((self._at(packed, r), p.mr))
+                a_rows.append((self.v.at(packed, r), p.mr))
             c_rows.append(b.gep(c_at, [b.mul(row, ir.Constant(I64, geo.ldc))], source_etype=F32))
         return rows, a_rows, c_rows
 
-    def _finish_tile(self, acc, c_rows, rows, masks, col, ir_, ie) -> None:
+    def _finish_tile(self, acc, tile: RowTile, *, c_rows, rows, masks, col) -> None:
         """Store the accumulators, through the epilogue on the last K block."""
         b, p = self.b, self.p
+        ir_, ie = tile.row, tile.row_end
         if not self.epilogue:
             self._store_tile(acc, c_rows, masks, ir_, ie)
             return
-        with b.if_else(self.finishing) as (then, otherwise):
+        with b.if_else(tile.block.finishing) as (then, otherwise):
             with then:
                 done = [
-                    [self._finish(acc[r][v], rows[r], col, v, masks[v]) for v in range(self.nv)]
+                    [self._finish(acc[r][v], rows[r], col, v, mask) for v, mask in enumerate(masks)]
                     for r in range(p.mr)
                 ]
                 self._store_tile(done, c_rows, masks, ir_, ie)
@@ -507,28 +601,25 @@ class _Gemm(TapLoops, Packing):
                 value = b.load(at, typ=F32, align=4)
                 b.store(value, b.gep(row, [k], source_etype=F32), align=4)
             end = b.gep(row, [kcl], source_etype=F32)
-            b.store(self.zero, b.bitcast(end, self.vec.as_pointer()), align=4)
+            b.store(self.v.zero, b.bitcast(end, self.v.vec.as_pointer()), align=4)
 
-    def dot_columns(self, a_at, c_at, ir_, ie, kcl, col, rest, offset) -> None:
+    def dot_columns(self, tile: RowTile, *, col, rest, offset) -> None:
         """The tile's last ``rest`` (< DOT_COLUMNS + 1) columns from column ``col``: each C
         element a dot product along k of an A row and a B column (copied contiguous into
         ``self.bt``), W products a step; where a vector of columns would waste W - rest
         lanes of every FMA (a 7x7 Conv's 49th column took a quarter of the work)."""
-        b, w = self.b, self.w
-        rows, a_rows, c_rows = self._rows(a_at, c_at, ir_, ie, None)
-        one = ir.Constant(self.mask_t, [1] + [0] * (w - 1))
-        full, saved = self.nv, self.b_masks
-        self.nv = 1
+        b, w, kcl = self.b, self.w, tile.block.k_len
+        rows, a_rows, c_rows = self._rows(tile, packed=None)
+        one = ir.Constant(self.v.mask_t, [1] + [0] * (w - 1))
         with loop(b, ir.Constant(I64, 0), rest, 1, "dj") as j:
             at = b.add(col, j)
             c_at_j = [b.gep(c, [b.add(offset, j)], source_etype=F32) for c in c_rows]
             column = b.gep(self.bt, [b.mul(j, ir.Constant(I64, self.kcp))], source_etype=F32)
             sums = self._dots(a_rows, column, kcl)
-            start = self._initial(c_at_j, rows, [one], at)
-            acc = [[b.fadd(start[r][0], b.insert_element(self.zero, sums[r], i32(0)))]
+            start = self._initial(c_at_j, rows, [one], at, tile.block.starting)
+            acc = [[b.fadd(start[r][0], b.insert_element(self.v.zero, sums[r], i32(0)))]
                    for r in range(len(rows))]  # fmt: skip
-            self._finish_tile(acc, c_at_j, rows, [one], at, ir_, ie)
-        self.nv, self.b_masks = full, saved
+            self._finish_tile(acc, tile, c_rows=c_at_j, rows=rows, masks=[one], col=at)
 
     def _dots(self, a_rows, column, kcl) -> list[ir.Value]:
         """Per row, sum over k < kcl of A[row, k] * column[k], W products a step."""
@@ -541,17 +632,17 @@ class _Gemm(TapLoops, Packing):
         b.position_at_end(head)
         k = b.phi(I64, "dk")
         k.add_incoming(ir.Constant(I64, 0), pre)
-        accs = [b.phi(self.vec) for _ in a_rows]
+        accs = [b.phi(self.v.vec) for _ in a_rows]
         for acc in accs:
-            acc.add_incoming(self.zero, pre)
+            acc.add_incoming(self.v.zero, pre)
         b.cbranch(b.icmp_signed("<", k, kcl), body, done)
         b.position_at_end(body)
-        mask = self.below(k, kcl)
-        bv = b.load(b.bitcast(self._at(column, k), self.vec.as_pointer()), align=4)
+        mask = self.v.below(k, kcl)
+        bv = b.load(b.bitcast(self.v.at(column, k), self.v.vec.as_pointer()), align=4)
         new = []
         for (a_row, _), acc in zip(a_rows, accs, strict=True):
-            av = b.call(self.mload, [self._at(a_row, k), ir.Constant(I32, 4), mask, self.zero])
-            new.append(b.call(self.fma, [av, bv, acc]))
+            av = b.call(self.v.mload, [self.v.at(a_row, k), ir.Constant(I32, 4), mask, self.v.zero])
+            new.append(b.call(self.v.fma, [av, bv, acc]))
         k.add_incoming(b.add(k, ir.Constant(I64, self.w)), b.block)
         for acc, value in zip(accs, new, strict=True):
             acc.add_incoming(value, b.block)
@@ -559,17 +650,17 @@ class _Gemm(TapLoops, Packing):
         b.position_at_end(done)
         return [ops.reduce_lanes(b, "add", acc, "float32") for acc in accs]
 
-    def _prefetch(self, c_rows, rows, col) -> None:
+    def _prefetch(self, c_rows, rows, col, *, vectors: int) -> None:
         """Ask for the tile's C lines (to write) and its epilogue operands' lines (to read)
         before the K loop, which hides their latency. Each row of the tile is its own
         stream, MR of them a tile, too many for the hardware prefetchers: a 1x1 Conv with
         a residual Add (K = 64) ran at 55% of peak waiting on them. A row's run of
-        ``nv`` vectors may start anywhere in a line (a 14x14 plane is 12.25 lines; a
+        ``vectors`` vectors may start anywhere in a line (a 14x14 plane is 12.25 lines; a
         numpy array starts 16 bytes into one), so the prefetches go to every line-start
         offset within it and to its last element: a run of 16 floats 16 bytes into a line
         spans two lines, and prefetching from its first two vectors asked for one."""
         b = self.b
-        span = self.nv * self.w
+        span = vectors * self.w
         offsets = sorted({*range(0, span, LINE_FLOATS), span - 1})
         lines = [(at, 1) for at in c_rows]
         for ptr, affine, step in self.extra.values():
@@ -579,22 +670,27 @@ class _Gemm(TapLoops, Packing):
                           for row in rows]  # fmt: skip
         for at, write in lines:
             for offset in offsets:
-                args = [self._at(at, offset), *(ir.Constant(I32, x) for x in (write, 3, 1))]
-                b.call(self.prefetch, args)
+                args = [self.v.at(at, offset), *(ir.Constant(I32, x) for x in (write, 3, 1))]
+                b.call(self.v.prefetch, args)
 
-    def _initial(self, c_rows, rows, masks, col):
-        """The accumulator tile: C as stored so far, or on the first K block, the
-        prologue's values (C is not read then)."""
+    def _initial(self, c_rows, rows, masks, col, starting: ir.Value):
+        """The accumulator tile: C as stored so far, or on the first K block
+        (``starting``), the prologue's values (C is not read then)."""
         b, p = self.b, self.p
 
         def stored():
             return [
                 [
                     b.call(
-                        self.mload,
-                        [self._at(c_rows[r], v * self.w), ir.Constant(I32, 4), masks[v], self.zero],
+                        self.v.mload,
+                        [
+                            self.v.at(c_rows[r], v * self.w),
+                            ir.Constant(I32, 4),
+                            masks[v],
+                            self.v.zero,
+                        ],
                     )
-                    for v in range(self.nv)
+                    for v in range(len(masks))
                 ]
                 for r in range(p.mr)
             ]
@@ -604,7 +700,7 @@ class _Gemm(TapLoops, Packing):
         first = b.append_basic_block("init.first")
         later = b.append_basic_block("init.later")
         merge = b.append_basic_block("init.merge")
-        b.cbranch(self.starting, first, later)
+        b.cbranch(starting, first, later)
         b.position_at_end(first)
         fresh = [
             [
@@ -616,7 +712,7 @@ class _Gemm(TapLoops, Packing):
                     b.add(col, ir.Constant(I64, v * self.w)),
                     masks[v],
                 )
-                for v in range(self.nv)
+                for v in range(len(masks))
             ]
             for r in range(p.mr)
         ]
@@ -648,7 +744,7 @@ class _Gemm(TapLoops, Packing):
                 scalar = b.load(b.gep(ptr, [offset], source_etype=F32), typ=F32, align=4)
                 return splat(b, scalar, self.w)
             at = b.gep(ptr, [b.add(offset, col)], source_etype=F32)
-            return b.call(self.mload, [at, ir.Constant(I32, 4), mask, self.zero])
+            return b.call(self.v.mload, [at, ir.Constant(I32, 4), mask, self.v.zero])
         if isinstance(expr, Const):
             value = constant(expr.dtype, expr.value, self.w)
             return value
@@ -672,7 +768,9 @@ class _Gemm(TapLoops, Packing):
     def _store_tile(self, acc, c_rows, masks, ir_, ie) -> None:
         b, p = self.b, self.p
         for r in range(p.mr):
-            store = [(acc[r][v], self._at(c_rows[r], v * self.w), masks[v]) for v in range(self.nv)]
+            store = [
+                (acc[r][v], self.v.at(c_rows[r], v * self.w), masks[v]) for v in range(len(masks))
+            ]
             if r == 0 or self.whole_rows:
                 self._store_all(store)
                 continue
@@ -682,24 +780,20 @@ class _Gemm(TapLoops, Packing):
 
     def _store_all(self, stores) -> None:
         for value, at, mask in stores:
-            self.b.call(self.mstore, [value, at, ir.Constant(I32, 4), mask])
+            self.b.call(self.v.mstore, [value, at, ir.Constant(I32, 4), mask])
 
-    def _at(self, ptr: ir.Value, offset) -> ir.Value:
-        if isinstance(offset, int):
-            offset = ir.Constant(I64, offset)
-        return self.b.gep(ptr, [offset], source_etype=F32)
-
-    def _k_loop(self, acc, a_rows, b_at, kcl):
+    def _k_loop(self, acc, a_rows, tile: RowTile, masks: list[ir.Value]):
         """``for k in 0..kcl`` in steps of ``unroll``, then one at a time; the accumulators
         are loop-carried (phis), so they live in registers."""
-        b = self.b
+        b, kcl = self.b, tile.block.k_len
         unroll = max(self.p.unroll, 1)
         full = b.sub(kcl, b.srem(kcl, ir.Constant(I64, unroll)))
 
         def ranks(count):
             def body(cur, k):
                 for u in range(count):
-                    cur = self._rank1(cur, a_rows, b_at, b.add(k, ir.Constant(I64, u)) if u else k)
+                    at = b.add(k, ir.Constant(I64, u)) if u else k
+                    cur = self._rank1(cur, a_rows, tile, masks, at)
                 return cur
 
             return body
@@ -709,7 +803,7 @@ class _Gemm(TapLoops, Packing):
         if self.p.prefetch and step == 1 and unroll > 1:
             # the next panel's rows on a panel's first column tile, else the rows just read
             panel = ir.Constant(I64, self.p.mr * self.geo.lda)
-            base = self._at(a_first, b.select(self.first_tile, panel, ir.Constant(I64, 0)))
+            base = self.v.at(a_first, b.select(tile.column.first, panel, ir.Constant(I64, 0)))
 
             def steps(cur, k):  # the same unrolled step, after its prefetches
                 self._prefetch_a(base, k)
@@ -725,10 +819,10 @@ class _Gemm(TapLoops, Packing):
         prefetches cost no arithmetic in the loop."""
         b = self.b
         for row in range(self.p.mr):
-            at = self._at(base, b.add(k, ir.Constant(I64, row * self.geo.lda)))
-            b.call(self.prefetch, [at, *(ir.Constant(I32, x) for x in (0, 2, 1))])
+            at = self.v.at(base, b.add(k, ir.Constant(I64, row * self.geo.lda)))
+            b.call(self.v.prefetch, [at, *(ir.Constant(I32, x) for x in (0, 2, 1))])
 
-    def _acc_loop(self, acc, start, stop, step, name, body, rolled=False):
+    def _acc_loop(self, acc, start, stop, step, name, body, *, rolled=False):
         """``for k in start..stop by step: acc = body(acc, k)``, the accumulators
         loop-carried (phis); ``rolled``: LLVM may not unroll it."""
         b = self.b
@@ -740,7 +834,7 @@ class _Gemm(TapLoops, Packing):
         b.position_at_end(head)
         k = b.phi(I64, name)
         k.add_incoming(start, pre)
-        phis = [[b.phi(self.vec) for _ in row] for row in acc]
+        phis = [[b.phi(self.v.vec) for _ in row] for row in acc]
         for row, prow in zip(acc, phis, strict=True):
             for value, phi in zip(row, prow, strict=True):
                 phi.add_incoming(value, pre)
@@ -757,27 +851,29 @@ class _Gemm(TapLoops, Packing):
         b.position_at_end(done)
         return phis
 
-    def _rank1(self, acc, a_rows, b_at, k):
-        b = self.b
-        if self.b_masks is None:  # the packed panel: whole, aligned NR tiles
+    def _rank1(self, acc, a_rows, tile: RowTile, masks: list[ir.Value], k):
+        """One k of the tile: its B vectors (in place under ``masks``, or from the packed
+        micro-panel), then ``acc[r] += splat(A[r, k]) * B``."""
+        b, b_at, store = self.b, tile.b_at, tile.b_read.store
+        if not tile.b_read.in_place:  # the packed panel: whole, aligned NR tiles
             row = b.gep(b_at, [b.mul(k, ir.Constant(I64, self.p.nr))], source_etype=F32)
             bv = [
-                b.load(self._at(row, v * self.w), typ=self.vec, align=4 * self.w)
-                for v in range(self.nv)
+                b.load(self.v.at(row, v * self.w), typ=self.v.vec, align=4 * self.w)
+                for v in range(len(masks))
             ]
         else:  # B itself: a partial tile's missing columns are not read
             row = b.gep(b_at, [b.mul(k, ir.Constant(I64, self.ldb))], source_etype=F32)
             bv = [
                 b.call(
-                    self.mload,
-                    [self._at(row, v * self.w), ir.Constant(I32, 4), self.b_masks[v], self.zero],
+                    self.v.mload,
+                    [self.v.at(row, v * self.w), ir.Constant(I32, 4), masks[v], self.v.zero],
                 )
-                for v in range(self.nv)
+                for v in range(len(masks))
             ]
-            if self.b_store is not None:
-                at = b.gep(self.b_store, [b.mul(k, ir.Constant(I64, self.p.nr))], source_etype=F32)
+            if store is not None:
+                at = b.gep(store, [b.mul(k, ir.Constant(I64, self.p.nr))], source_etype=F32)
                 for v, value in enumerate(bv):
-                    to = b.bitcast(self._at(at, v * self.w), self.vec.as_pointer())
+                    to = b.bitcast(self.v.at(at, v * self.w), self.v.vec.as_pointer())
                     b.store(value, to, align=4 * self.w)
         return self._fma_rows(acc, a_rows, k, bv)
 
@@ -789,7 +885,7 @@ class _Gemm(TapLoops, Packing):
             at = k if step == 1 else b.mul(k, ir.Constant(I64, step))
             scalar = b.load(b.gep(a_row, [at], source_etype=F32), typ=F32, align=4)
             av = splat(b, scalar, self.w)
-            out.append([b.call(self.fma, [av, bv[v], acc[r][v]]) for v in range(self.nv)])
+            out.append([b.call(self.v.fma, [av, bv[v], acc[r][v]]) for v in range(len(bv))])
         return out
 
 
