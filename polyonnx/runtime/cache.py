@@ -117,7 +117,7 @@ class CompileCache:
             self.directory.mkdir(parents=True, exist_ok=True)
             fd, temp = tempfile.mkstemp(prefix=".tmp-", dir=self.directory)
             with os.fdopen(fd, "wb") as f:
-                f.write(_serialise(entry))
+                _write(f, entry)
             os.replace(temp, self.path(key))
         except OSError:
             return None
@@ -166,26 +166,28 @@ class CompileCache:
         return removed
 
 
-def _serialise(entry: Entry) -> bytes:
+def _write(f, entry: Entry) -> None:
     """MAGIC, CRC-32 of what follows (8 bytes), header length, JSON header, then the
-    object files and the constants, each starting on an ALIGN-byte offset of the file."""
-    parts: list[bytes] = []
+    object files and the constants, each starting on an ALIGN-byte offset of the file.
+    The parts are written from their own memory, the CRC computed on the way and written
+    last: joining a BERT-base's 740 MB into one bytes object took 5 s."""
+    parts: list[memoryview] = []
     layout: dict[str, list] = {}
     at = 0
 
-    def place(data: bytes) -> int:
+    def place(data) -> int:
         nonlocal at
+        view = memoryview(data).cast("B")
         start = at
-        parts.append(data)
-        pad = -len(data) % ALIGN
-        parts.append(b"\0" * pad)
-        at += len(data) + pad
+        parts.extend([view, memoryview(b"\0" * (-len(view) % ALIGN))])
+        at += len(view) + len(parts[-1])
         return start
 
     objects = [[place(obj), len(obj)] for obj in entry.objects]
     for name, array in entry.constants.items():
         array = np.ascontiguousarray(array)
-        layout[name] = [place(array.tobytes()), array.dtype.name, list(array.shape)]
+        flat = array.reshape(-1).view(np.uint8) if array.size else b""
+        layout[name] = [place(flat), array.dtype.name, list(array.shape)]
     header = {
         "abi": json.loads(entry.abi.to_json()),
         "objects": objects,
@@ -193,10 +195,15 @@ def _serialise(entry: Entry) -> bytes:
         "extra": dict(entry.extra),
     }
     head = json.dumps(header).encode()
-    start = len(MAGIC) + CHECK_BYTES + 8 + len(head)
-    pad = -start % ALIGN
-    body = struct.pack("<Q", len(head) + pad) + head + b" " * pad + b"".join(parts)
-    return MAGIC + struct.pack("<Q", zlib.crc32(body)) + body
+    pad = -(len(MAGIC) + CHECK_BYTES + 8 + len(head)) % ALIGN
+    first = struct.pack("<Q", len(head) + pad) + head + b" " * pad
+    f.write(MAGIC + bytes(CHECK_BYTES))
+    check = 0
+    for part in (memoryview(first), *parts):
+        check = zlib.crc32(part, check)
+        f.write(part)
+    f.seek(len(MAGIC))
+    f.write(struct.pack("<Q", check))
 
 
 def _read(path: Path) -> Entry:
