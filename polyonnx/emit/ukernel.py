@@ -192,6 +192,11 @@ class Scratch:
     """A's MC x KC block packed MR rows interleaved, or None (A read in place)."""
     fused: bool
     """The block's first row tile packs B as it computes (``Packing.fuse_packing``)."""
+    bt: ir.Value | None
+    """B's last 1..DOT_COLUMNS columns of a tile, one row of ``kcp`` floats a column
+    (``_Gemm.dot_columns``), or None (A packed, or no tile ends in so few columns)."""
+    kcp: int
+    """The floats of a row of ``bt`` (KC rounded up to whole vectors, plus one), or 0."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -309,7 +314,7 @@ def _column_tile(
     g: _Gemm, bmat: ir.Value, scratch: Scratch, block: Block, jr: ir.Value
 ) -> ColumnTile:
     """The column tile's masks and tap masks, and where its last columns are dot
-    products, B's columns past whole vectors copied contiguous (``_Gemm.bt``)."""
+    products, B's columns past whole vectors copied contiguous (``Scratch.bt``)."""
     b, params, lanes = g.b, g.p, g.w
     jc, kc, kcl = block.jc, block.kc, block.k_len
     cols = at_most(b, b.sub(block.nc, jr), params.nr)
@@ -317,8 +322,8 @@ def _column_tile(
     masks = g.column_masks(cols)
     # a whole tile's tap masks, once for all its row tiles, not a row tile each (see
     # docs/measurements.md)
-    taps = g.column_taps(b.add(jc, jr)) if g.taps is not None else None
-    if g.bt is None:
+    taps = g.tap_loops.column_taps(b.add(jc, jr)) if g.tap_loops is not None else None
+    if scratch.bt is None:
         return ColumnTile(jr, cols, tuple(masks), first, dot=None, taps=taps)
     rest = b.urem(cols, ir.Constant(I64, lanes))
     dot = b.and_(
@@ -333,9 +338,11 @@ def _column_tile(
         src, step = b.gep(bmat, [g.b_first(kc, b.add(jc, jr))], source_etype=F32), g.ldb
     with b.if_then(dot):
         if g.taps is None:
-            g.fill_columns(src, step, b.sub(cols, rest), rest, kcl)
+            g.fill_columns(src, step, b.sub(cols, rest), rest, kcl, scratch=scratch)
         else:
-            g.fill_taps(src, b.add(jc, jr), b.sub(cols, rest), rest, kcl)
+            g.tap_loops.fill_taps(
+                src, b.add(jc, jr), b.sub(cols, rest), rest, kcl, bt=scratch.bt, kcp=scratch.kcp
+            )
     return ColumnTile(jr, cols, tuple(masks), first, dot=dot, taps=taps)
 
 
@@ -376,18 +383,18 @@ def _row_tile(
         b_read=BRead(in_place),
     )
     if not scratch.fused:
-        g.edge_tiles(tile)
+        g.edge_tiles(tile, scratch=scratch)
         return
     first = b.and_(b.icmp_signed("==", ic, i_lo), b.icmp_signed("==", ir_, ic))
     with b.if_else(first) as (then, otherwise):
         with then:  # B in place, its vectors stored to the panel too
             b_src = b.gep(bmat, [g.b_first(kc, b.add(jc, jr))], source_etype=F32)
-            g.edge_tiles(replace(tile, b_at=b_src, b_read=BRead(True, store=b_at)))
+            g.edge_tiles(replace(tile, b_at=b_src, b_read=BRead(True, store=b_at)), scratch=scratch)
         with otherwise:
-            g.edge_tiles(tile)
+            g.edge_tiles(tile, scratch=scratch)
 
 
-class _Gemm(TapLoops):
+class _Gemm:
     """The GEMM function's builder and what stays fixed while it is built: the geometry,
     parameters, epilogue, operands and intrinsics. What changes from tile to tile comes in
     as arguments (``Block``, ``ColumnTile``, ``RowTile``)."""
@@ -405,17 +412,10 @@ class _Gemm(TapLoops):
         self.whole_rows = geo.m % params.mr == 0 and params.mc % params.mr == 0
         """Every row tile is whole (MR divides M and MC; thread splits are whole tiles):
         no clamped rows, no checks before storing them."""
-        self.bt: ir.Value | None = None
-        """B's last 1..DOT_COLUMNS columns of a tile, one row of ``kcp`` floats a column
-        (``dot_columns``), or None; allocated by ``allocate_scratch``."""
-        self.kcp = 0
         self.ldb = b_row_stride(geo) or 0
         in_place = not params.packb and not self.ldb and not self.panels
         self.taps = b_taps(geo) if in_place else None
         """B read in place from a padded Conv's input, a window of taps a channel."""
-        self.tap_tables: list[ir.GlobalVariable] = []
-        self.tap_reads = tap_span(geo, self.taps) if self.taps is not None else (0, -1)
-        """The lowest and highest offset from a channel's B row that the domain reads."""
         self.nr_vectors = params.nr // lanes
         """Vectors of a whole tile's row (NR / W); a tile being emitted has as many as its
         column masks (fewer in a partial tile, one for a dot product column)."""
@@ -427,6 +427,12 @@ class _Gemm(TapLoops):
         self.v = Vectors.declare(b, lanes, multiply_add=multiply_add(b.module))
         """The IR builder's vector types, intrinsics and constants."""
         self.packing = Packing(self.v, geo, params, self.ldb)
+        self.tap_loops = (
+            TapLoops(self.v, geo, params, self.taps, tap_span(geo, self.taps))
+            if self.taps is not None
+            else None
+        )
+        """The tap loops where B is a Conv's input read in place (``taps``), else None."""
 
     def allocate_scratch(self) -> Scratch:
         """The stack buffers, in the entry block: B's packed panel, the dot products'
@@ -438,17 +444,18 @@ class _Gemm(TapLoops):
             b_panel = b.alloca(F32, ir.Constant(I64, params.kc * self.ncp), "bp")
             b_panel.align = 64
         ends = self.geo.n % lanes  # columns past whole vectors: at N's end, or every block
+        bt, kcp = None, 0
         if not params.packa and (0 < ends <= DOT_COLUMNS or params.nc % lanes):
-            self.kcp = -(-params.kc // lanes) * lanes + lanes
-            self.bt = b.alloca(F32, ir.Constant(I64, DOT_COLUMNS * self.kcp), "bt")
-            self.bt.align = 64
+            kcp = -(-params.kc // lanes) * lanes + lanes
+            bt = b.alloca(F32, ir.Constant(I64, DOT_COLUMNS * kcp), "bt")
+            bt.align = 64
         a_panel = None
         if params.packa:
             rows = -(-params.mc // params.mr) * params.mr
             a_panel = b.alloca(F32, ir.Constant(I64, rows * params.kc), "ap")
             a_panel.align = 64
-        fused = b_panel is not None and self.packing.fuse_packing(dot_columns=self.bt is not None)
-        return Scratch(b_panel, a_panel, fused)
+        fused = b_panel is not None and self.packing.fuse_packing(dot_columns=bt is not None)
+        return Scratch(b_panel, a_panel, fused, bt=bt, kcp=kcp)
 
     def copy_tile(self, copy: ir.Value, kc: ir.Value, col: ir.Value) -> ir.Value:
         """The micro-panel of columns ``col ..`` (a multiple of NR) and rows ``kc ..`` in
@@ -475,7 +482,7 @@ class _Gemm(TapLoops):
 
     # -- the micro-kernel ----------------------------------------------------------------
 
-    def edge_tiles(self, tile: RowTile) -> None:
+    def edge_tiles(self, tile: RowTile, *, scratch: Scratch) -> None:
         """The tile of ``cols`` columns: the NR-wide micro-kernel, or for the last, partial
         tile, one with only the vectors that hold columns (ceil(cols / W); a 14x14 Conv's
         196 columns are then 13 vectors of work, not 14), or where ``column.dot`` says so,
@@ -508,7 +515,9 @@ class _Gemm(TapLoops):
         if dot is not None:
             with b.if_then(dot):
                 at = b.mul(vectors, ir.Constant(I64, w))
-                self.dot_columns(tile, col=b.add(tile.col, at), rest=b.sub(cols, at), offset=at)
+                self.dot_columns(
+                    tile, col=b.add(tile.col, at), rest=b.sub(cols, at), offset=at, scratch=scratch
+                )
 
     def whole_or_masked(self, tile: RowTile) -> None:
         """The NR-wide micro-kernel twice: for a tile of all NR columns with constant masks
@@ -531,16 +540,17 @@ class _Gemm(TapLoops):
         rows, a_rows, c_rows = self._rows(tile, packed=tile.packed)
         self._prefetch(c_rows, rows, tile.col, vectors=len(masks))
         acc = self._initial(c_rows, rows, masks, tile.col, tile.block.starting)
-        if self.taps is None:
+        taps = self.tap_loops
+        if taps is None:
             acc = self._k_loop(acc, a_rows, tile, masks)
         elif all(isinstance(mask, ir.Constant) for mask in masks):  # all NR columns
-            acc = self._inside_or_edge(acc, a_rows, tile.b_at, kcl, tile.column.taps)
+            acc = taps.inside_or_edge(acc, a_rows, tile.b_at, kcl, tile.column.taps, kernel=self)
         else:
-            read = TapRead(self._tap_masks(tile.col, masks))
-            acc = self._tap_loop(acc, a_rows, tile.b_at, kcl, read)
+            read = TapRead(taps.tap_masks(tile.col, masks))
+            acc = taps.tap_loop(acc, a_rows, tile.b_at, kcl, read, kernel=self)
         self._finish_tile(acc, tile, c_rows=c_rows, rows=rows, masks=masks, col=tile.col)
 
-    def _merge(self, tiles):
+    def merge(self, tiles):
         """One accumulator tile of phis over ``tiles``: (tile, the block it comes from)."""
         first = tiles[0][0]
         merged = [[self.b.phi(self.v.vec) for _ in row] for row in first]
@@ -588,13 +598,13 @@ class _Gemm(TapLoops):
             with otherwise:
                 self._store_tile(acc, c_rows, masks, ir_, ie)
 
-    def fill_columns(self, src, step: int, first, rest, kcl) -> None:
+    def fill_columns(self, src, step: int, first, rest, kcl, *, scratch: Scratch) -> None:
         """Copy B's columns ``first .. first + rest`` of this tile (``src``: its column 0,
-        ``step`` floats from one k to the next) into ``self.bt``, one row per column, each
+        ``step`` floats from one k to the next) into ``scratch.bt``, one row per column, each
         zero-padded to a whole vector past ``kcl``."""
         b = self.b
         with loop(b, ir.Constant(I64, 0), rest, 1, "btj") as j:
-            row = b.gep(self.bt, [b.mul(j, ir.Constant(I64, self.kcp))], source_etype=F32)
+            row = b.gep(scratch.bt, [b.mul(j, ir.Constant(I64, scratch.kcp))], source_etype=F32)
             column = b.gep(src, [b.add(first, j)], source_etype=F32)
             with loop(b, ir.Constant(I64, 0), kcl, 1, "btk") as k:
                 at = b.gep(column, [b.mul(k, ir.Constant(I64, step))], source_etype=F32)
@@ -603,10 +613,10 @@ class _Gemm(TapLoops):
             end = b.gep(row, [kcl], source_etype=F32)
             b.store(self.v.zero, b.bitcast(end, self.v.vec.as_pointer()), align=4)
 
-    def dot_columns(self, tile: RowTile, *, col, rest, offset) -> None:
+    def dot_columns(self, tile: RowTile, *, col, rest, offset, scratch: Scratch) -> None:
         """The tile's last ``rest`` (< DOT_COLUMNS + 1) columns from column ``col``: each C
         element a dot product along k of an A row and a B column (copied contiguous into
-        ``self.bt``), W products a step; where a vector of columns would waste W - rest
+        ``scratch.bt``), W products a step; where a vector of columns would waste W - rest
         lanes of every FMA (a 7x7 Conv's 49th column took a quarter of the work)."""
         b, w, kcl = self.b, self.w, tile.block.k_len
         rows, a_rows, c_rows = self._rows(tile, packed=None)
@@ -614,7 +624,7 @@ class _Gemm(TapLoops):
         with loop(b, ir.Constant(I64, 0), rest, 1, "dj") as j:
             at = b.add(col, j)
             c_at_j = [b.gep(c, [b.add(offset, j)], source_etype=F32) for c in c_rows]
-            column = b.gep(self.bt, [b.mul(j, ir.Constant(I64, self.kcp))], source_etype=F32)
+            column = b.gep(scratch.bt, [b.mul(j, ir.Constant(I64, scratch.kcp))], source_etype=F32)
             sums = self._dots(a_rows, column, kcl)
             start = self._initial(c_at_j, rows, [one], at, tile.block.starting)
             acc = [[b.fadd(start[r][0], b.insert_element(self.v.zero, sums[r], i32(0)))]
@@ -723,7 +733,7 @@ class _Gemm(TapLoops):
         later_end = b.block
         b.branch(merge)
         b.position_at_end(merge)
-        return self._merge([(fresh, first_end), (loaded, later_end)])
+        return self.merge([(fresh, first_end), (loaded, later_end)])
 
     def _finish(self, value, row, col, v, mask):
         """The epilogue statements applied to one accumulator vector (row ``row``, columns
@@ -809,8 +819,8 @@ class _Gemm(TapLoops):
                 self._prefetch_a(base, k)
                 return ranks(unroll)(cur, k)
 
-        acc = self._acc_loop(acc, ir.Constant(I64, 0), full, unroll, "ku", steps)
-        return self._acc_loop(acc, full, kcl, 1, "kt", ranks(1))
+        acc = self.acc_loop(acc, ir.Constant(I64, 0), full, unroll, "ku", steps)
+        return self.acc_loop(acc, full, kcl, 1, "kt", ranks(1))
 
     def _prefetch_a(self, base, k) -> None:
         """Prefetch into L2 each of MR rows from ``base`` at column ``k``: spread over the
@@ -822,7 +832,7 @@ class _Gemm(TapLoops):
             at = self.v.at(base, b.add(k, ir.Constant(I64, row * self.geo.lda)))
             b.call(self.v.prefetch, [at, *(ir.Constant(I32, x) for x in (0, 2, 1))])
 
-    def _acc_loop(self, acc, start, stop, step, name, body, *, rolled=False):
+    def acc_loop(self, acc, start, stop, step, name, body, *, rolled=False):
         """``for k in start..stop by step: acc = body(acc, k)``, the accumulators
         loop-carried (phis); ``rolled``: LLVM may not unroll it."""
         b = self.b
@@ -875,9 +885,9 @@ class _Gemm(TapLoops):
                 for v, value in enumerate(bv):
                     to = b.bitcast(self.v.at(at, v * self.w), self.v.vec.as_pointer())
                     b.store(value, to, align=4 * self.w)
-        return self._fma_rows(acc, a_rows, k, bv)
+        return self.fma_rows(acc, a_rows, k, bv)
 
-    def _fma_rows(self, acc, a_rows, k, bv):
+    def fma_rows(self, acc, a_rows, k, bv):
         """``acc[r] += splat(A[r, k]) * bv`` for every row r of the tile."""
         b = self.b
         out = []
