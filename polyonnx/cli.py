@@ -164,15 +164,15 @@ def _compiled_how(session, compiled) -> str:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from polyonnx.inference import load_records
     from polyonnx.runtime.library import compile_library, default_name
     from polyonnx.target import make_target
-    from polyonnx.tune.apply import Records
 
     start = time.perf_counter()
     target = make_target(args.target, args.cpu)
     threads = args.threads or 1
     tuning = _tuning_db(args)
-    records = None if tuning is False else Records.load(threads, tuning)
+    records = None if tuning is False else load_records(tuning, threads)
     shapes = _shapes(args)
     name = args.name or default_name(args.model)
     library = compile_library(

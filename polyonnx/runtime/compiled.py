@@ -95,7 +95,9 @@ def lower_model(model, input_shapes: Mapping[str, Sequence[int]] | None = None) 
     graph = load_graph(model, supported_ops=supported_ops(), input_shapes=input_shapes)
     if not graph.is_static:
         dynamic = {v.name: list(v.shape) for v in graph.inputs if not v.is_static}
-        raise InputError(f"inputs with symbolic dims need concrete shapes: {dynamic}")
+        raise InputError(
+            f"inputs with symbolic dims need concrete shapes (--shape NAME=D0,D1,...): {dynamic}"
+        )
     return optimize(lower(graph))
 
 
@@ -125,13 +127,21 @@ def compile_graph(
     data starts past a cache line, in bytes, for code laid out by it (Program's)."""
     with gc_paused():  # compiling makes few cycles and many objects (emit/objects.py)
         program = optimize(lower(graph, input_offsets))
-        if records is None or target is not None:
-            schedules, used = default_schedules(program, target), {}
-        else:
-            schedules, used = records.schedules(program, default_schedules(program))
+        schedules, used = model_schedules(program, target, records)
         compiled = compile_program(program, schedules, target, profile=profile)
     compiled.tuned = tuple(used)
     return compiled
+
+
+def model_schedules(
+    program: Program, target: Target | None, records=None
+) -> tuple[Sequence[KernelSchedule], Mapping[str, object]]:
+    """Each kernel's schedule, and the tuning records used (by kernel name): the records'
+    where they beat the default, for the host only (``target`` None), else the defaults."""
+    defaults = default_schedules(program, target)
+    if records is None or target is not None:
+        return defaults, {}
+    return records.schedules(program, defaults)
 
 
 def compile_program(

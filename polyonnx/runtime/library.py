@@ -20,9 +20,7 @@ from polyonnx.aligned import aligned_empty
 from polyonnx.emit.abi import ONNX_TYPES, Port
 from polyonnx.emit.aot import Library, write_library
 from polyonnx.errors import InputError, ModelError
-from polyonnx.frontend.load import load_graph
-from polyonnx.krnl.lower import lower, supported_ops
-from polyonnx.runtime.compiled import default_schedules, emit_program, optimize
+from polyonnx.runtime.compiled import emit_program, lower_model, model_schedules
 from polyonnx.target import Target, host_target
 
 DTYPES = {number: name for name, number in ONNX_TYPES.items()}
@@ -43,18 +41,10 @@ def compile_library(
     DIR/NAME.h. ``records`` (tune/apply.py's Records) schedule their kernels on the host,
     as they do for the JIT. ``default_threads``: what NAME_open(0) takes (0: a thread per
     online core)."""
-    graph = load_graph(model, supported_ops=supported_ops(), input_shapes=input_shapes)
-    if not graph.is_static:
-        dynamic = {v.name: list(v.shape) for v in graph.inputs if not v.is_static}
-        raise InputError(
-            f"inputs with symbolic dims need concrete shapes (--shape NAME=D0,D1,...): {dynamic}"
-        )
+    program = lower_model(model, input_shapes)
+    host = target is None or target == host_target()
+    schedules, _ = model_schedules(program, None if host else target, records)
     target = target or host_target()
-    program = optimize(lower(graph))
-    if records is not None and target == host_target():
-        schedules, _ = records.schedules(program)
-    else:
-        schedules = default_schedules(program, target)
     native = emit_program(program, schedules, target, profile=False)
     return write_library(native.model, target, directory, name, default_threads)
 
