@@ -49,6 +49,11 @@ class InputError(PolyonnxError, ValueError):
     """An input given to a session has the wrong name, dtype, rank or shape."""
 
 
+class RunError(PolyonnxError, RuntimeError):
+    """Native code met a bad value at run time: an index out of range, an integer division
+    by zero. The message names the node, its op and the value; no output is returned."""
+
+
 class ScheduleError(PolyonnxError):
     """A schedule transformation is illegal or malformed."""
 
