@@ -2,7 +2,7 @@
 
 polyonnx bench [--suite quick|full] [--save] [--history DIR] [--compare REF]
                [--fail-above 5%] [--current RUN] [-k EXPR] [-- PYTEST_ARGS...]
-polyonnx dashboard [--history DIR] [-o DIR] [--threshold 5%]
+polyonnx dashboard [--history DIR] [-o DIR] [--threshold 7.5%] [--z 3] [--window 5]
 
 ``polyonnx.cli`` registers them with ``add_commands``.
 """
@@ -14,8 +14,9 @@ import dataclasses
 import pathlib
 import sys
 import tempfile
+from collections.abc import Callable
 
-from polyonnx.bench import compare, history, site, suite
+from polyonnx.bench import compare, history, levels, site, suite
 from polyonnx.bench.cases import BASELINES, rows, seconds
 from polyonnx.bench.table import print_table
 
@@ -31,6 +32,23 @@ def percent(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive percentage, got {text!r}")
     return value
+
+
+def at_least(kind: type, low: float, inclusive: bool = True) -> Callable[[str], float]:
+    """An argparse type: a ``kind`` (int or float) of at least ``low`` (above it when not
+    ``inclusive``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (value >= low if inclusive else value > low):
+            bound = f"at least {low}" if inclusive else f"above {low}"
+            raise argparse.ArgumentTypeError(f"expected a number {bound}, got {text!r}")
+        return value
+
+    return parse
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -93,16 +111,21 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     dashboard.add_argument(
         "--threshold",
         type=percent,
-        default=compare.THRESHOLD,
+        default=levels.THRESHOLD,
         metavar="PCT",
-        help="flag changes beyond this (default 5%%)",
+        help="flag changes of at least this against the level (default 7.5%%)",
     )
-    _alpha(dashboard)
+    dashboard.add_argument(
+        "--z",
+        type=at_least(float, 0.0, inclusive=False),
+        default=levels.Z_MIN,
+        help="and of at least this many times their noise (default 3)",
+    )
     dashboard.add_argument(
         "--window",
-        type=int,
-        default=compare.WINDOW,
-        help="previous runs a run is compared with (default 5)",
+        type=at_least(int, 2),
+        default=levels.WINDOW,
+        help="the runs that set a level, at least 2 (default 5)",
     )
     dashboard.set_defaults(handler=cmd_dashboard)
 
@@ -222,7 +245,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     for note in skipped:
         print(f"skipped: {note}", file=sys.stderr)
     out = args.output or args.history / "dashboard"
-    pages = site.write_site(runs, out, args.threshold, args.alpha, args.window)
+    settings = levels.Settings(args.threshold, args.z, args.window)
+    pages = site.write_site(runs, out, settings)
     machines = len({run.machine for run in runs})
     print(
         f"{len(runs)} runs of {machines} machine{'s' * (machines != 1)}: "

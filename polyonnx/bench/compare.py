@@ -1,21 +1,19 @@
-"""Regressions and improvements: a change beyond a threshold *and* significant.
+"""Regressions and improvements of one run against another (``polyonnx bench --compare``,
+the CI gate), and the series of a machine's runs that the dashboard judges.
 
-A polyonnx measurement is judged against reference measurements (one run for
-``polyonnx bench --compare``; in the dashboard, the previous runs of its series):
+In the gate, a polyonnx measurement is judged against one reference run:
 
-- its change is its median over the median of the reference medians, minus 1 (+0.20: 20%
-  slower);
-- it is significant when the Mann–Whitney U test of its per-round times against the pooled
-  per-round times of the reference gives p < alpha. Runs saved without per-round data
-  cannot be tested, and are judged by the threshold alone.
+- its change is its median over the reference median, minus 1 (+0.20: 20% slower);
+- it is significant when the Mann–Whitney U test of its per-round times against the
+  reference's gives p < alpha. Runs saved without per-round data cannot be tested, and
+  are judged by the threshold alone.
 
 A regression is a significant change above ``threshold``, an improvement one below
-``-threshold``; anything else is noise. Baselines are measured in the same runs and shown
-beside, never judged: they tell a slower machine from a slower compiler.
-
-In a series, each run is compared with the median of the previous runs (at most
-``window``) since the last flagged change: a flagged change starts a new level, so a step
-is flagged once, not again at every later run.
+``-threshold``; anything else is noise. Two runs alone say nothing of how much whole runs
+vary on the machine, so the gate wants a quiet machine. The dashboard has the history,
+and judges each run against its series' level and run-to-run spread instead
+(levels.py). Baselines are measured in the same runs and shown beside, never judged: they
+tell a slower machine from a slower compiler.
 """
 
 from __future__ import annotations
@@ -25,11 +23,12 @@ from dataclasses import dataclass
 
 from polyonnx.bench.cases import BASELINES, Measurement
 from polyonnx.bench.history import Machine, Run
+from polyonnx.bench.levels import DEFAULT, Settings, flag, usable
+from polyonnx.bench.levels import Verdict as LevelVerdict
 from polyonnx.bench.stats import mann_whitney_u
 
 THRESHOLD = 0.05
 ALPHA = 0.01
-WINDOW = 5
 
 
 @dataclass(frozen=True)
@@ -124,15 +123,16 @@ def compare_runs(
 @dataclass(frozen=True)
 class Point:
     """One run of a series: ``index`` is the run's place among its machine's runs;
-    ``baseline_changes``: how each baseline's median moved against the same reference
-    runs as polyonnx's (empty for the first run). A baseline that moved as much as
-    polyonnx points at the machine, not the compiler."""
+    ``verdict`` is None for the first runs of a series (too few to set a level);
+    ``baseline_changes``: how each baseline's median moved against the runs that set the
+    level polyonnx was judged against (empty without a verdict). A baseline that moved as
+    much as polyonnx points at the machine, not the compiler."""
 
     index: int
     run: Run
     polyonnx: Measurement
     baselines: dict[str, Measurement]
-    verdict: Verdict | None
+    verdict: LevelVerdict | None
     baseline_changes: dict[str, float]
 
 
@@ -153,39 +153,17 @@ class Series:
         return self.points[-1]
 
 
-def flag(
-    measured: list[Measurement],
-    threshold: float = THRESHOLD,
-    alpha: float = ALPHA,
-    window: int = WINDOW,
-) -> list[Verdict | None]:
-    """The verdict of each measurement of a series (oldest first) against the previous
-    ones since the last flagged change (at most ``window``); None for the first."""
-    verdicts: list[Verdict | None] = [None]
-    start = 0
-    for i in range(1, len(measured)):
-        reference = measured[max(start, i - window) : i]
-        verdict = judge(reference, measured[i], threshold, alpha)
-        if verdict.flagged:
-            start = i
-        verdicts.append(verdict)
-    return verdicts[: len(measured)]
-
-
-def machine_series(
-    runs: list[Run],
-    threshold: float = THRESHOLD,
-    alpha: float = ALPHA,
-    window: int = WINDOW,
-) -> list[Series]:
+def machine_series(runs: list[Run], settings: Settings = DEFAULT) -> list[Series]:
     """The series of one machine's ``runs`` (oldest first): one per polyonnx benchmark,
-    in the order the newest run that has it ran them."""
+    in the order the newest run that has it ran them, judged by levels.flag. A run that
+    lacks a benchmark, or whose median is not a positive number, is missing from its
+    series."""
     found: dict[tuple[str, int], list[tuple[int, Run, Measurement, dict]]] = {}
     order: dict[tuple[str, int], tuple[int, int]] = {}
     for index, run in enumerate(runs):
         baselines = {(m.key, m.impl): m for m in run.measurements if m.impl != "polyonnx"}
         for position, m in enumerate(run.measurements):
-            if m.impl != "polyonnx":
+            if m.impl != "polyonnx" or not usable(m.median):
                 continue
             theirs = {b: baselines[m.base, b] for b in BASELINES if (m.base, b) in baselines}
             found.setdefault(m.key, []).append((index, run, m, theirs))
@@ -193,10 +171,10 @@ def machine_series(
     series = []
     for key in sorted(found, key=order.__getitem__):
         entries = found[key]
-        verdicts = flag([m for _, _, m, _ in entries], threshold, alpha, window)
+        verdicts = flag([m for _, _, m, _ in entries], settings)
         points = []
-        for i, ((index, run, m, theirs), verdict) in enumerate(zip(entries, verdicts, strict=True)):
-            reference = entries[i - verdict.reference_runs : i] if verdict else []
+        for (index, run, m, theirs), verdict in zip(entries, verdicts, strict=True):
+            reference = [entries[p] for p in verdict.reference] if verdict else []
             moved = {}
             for impl, now in theirs.items():
                 before = [e[3][impl].median for e in reference if impl in e[3]]

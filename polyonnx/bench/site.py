@@ -16,9 +16,10 @@ from html import escape
 
 from polyonnx.bench.cases import BASELINES
 from polyonnx.bench.cases import seconds as terminal_seconds
-from polyonnx.bench.compare import ALPHA, THRESHOLD, WINDOW, Point, Series, by_machine
+from polyonnx.bench.compare import Point, Series, by_machine
 from polyonnx.bench.compare import machine_series as series_of
 from polyonnx.bench.history import Machine, Run
+from polyonnx.bench.levels import DEFAULT, Settings
 from polyonnx.bench.svg import Line, Marker, sparkline, time_plot
 
 FLAGGED_SHOWN = 40
@@ -71,9 +72,7 @@ def page_name(machine: Machine, first: bool) -> str:
 def write_site(
     runs: list[Run],
     out: pathlib.Path,
-    threshold: float = THRESHOLD,
-    alpha: float = ALPHA,
-    window: int = WINDOW,
+    settings: Settings = DEFAULT,
 ) -> list[pathlib.Path]:
     """Write the dashboard of ``runs`` into ``out``; the pages written, index.html first."""
     out.mkdir(parents=True, exist_ok=True)
@@ -85,8 +84,8 @@ def write_site(
         return [path]
     written = []
     for machine, machine_runs in machines.items():
-        series = series_of(machine_runs, threshold, alpha, window)
-        body = machine_page(machine, machine_runs, series, names, threshold, alpha, window)
+        series = series_of(machine_runs, settings)
+        body = machine_page(machine, machine_runs, series, names, settings)
         path = out / names[machine]
         path.write_text(document(f"polyonnx performance · {machine.node}", body), "utf8")
         written.append(path)
@@ -120,9 +119,7 @@ def machine_page(
     runs: list[Run],
     series: list[Series],
     names: dict[Machine, str],
-    threshold: float,
-    alpha: float,
-    window: int,
+    settings: Settings,
 ) -> list[str]:
     latest = runs[-1]
     body = ["<h1>polyonnx performance</h1>"]
@@ -153,10 +150,13 @@ def machine_page(
         '<p class="muted">Times are medians over the rounds of a run; bars in the plots '
         "span the first to third quartile. ratio = polyonnx time / baseline time (onnxruntime; "
         "numpy's OpenBLAS for MatMul), measured in the same run: below 1, polyonnx is faster. "
-        f"A run is flagged when its polyonnx median is more than {threshold:.0%} slower "
-        f"(regression) or faster (improvement) than the median of the previous runs (at most "
-        f"{window}, since the last flagged change) and a Mann–Whitney U test of the per-round "
-        f"times gives p &lt; {alpha:g}. Hover over a point for its commit and values.</p>"
+        f"A run is flagged when its polyonnx median is at least {settings.threshold:.1%} "
+        f"slower (regression) or faster (improvement) than the level its series had (the "
+        f"mean of the first {settings.window} runs since the last flagged change) and that "
+        f"change is at least {settings.z_min:g} times its noise (the spread between runs, "
+        f"and the run's own spread over its rounds): run-to-run wobble is not flagged. A "
+        f"series has no verdict (–) until its first {settings.window} runs have set a level. "
+        "Hover over a point for its commit and values.</p>"
     )
     body += flagged_section(series)
     body += overview_section(series, latest)
@@ -176,10 +176,12 @@ def change_cell(point: Point, word: bool = False) -> tuple[str, str]:
     say "regression" or "improvement" after the number."""
     verdict = point.verdict
     if verdict is None:
-        return '<span class="muted">first run</span>', ""
+        return '<span class="muted" title="too few runs to set a level">–</span>', ""
     text = f"{verdict.change:+.1%}"
     moved = baselines_moved(point)
     title = escape(verdict.describe() + (f"; baselines: {moved}" if moved else ""))
+    if verdict.kind == "outlier":
+        return f'<span class="muted" title="{title}">{text} outlier</span>', ""
     if not verdict.flagged:
         return f'<span class="muted" title="{title}">{text}</span>', ""
     arrow = "▲" if verdict.kind == "regression" else "▼"

@@ -10,15 +10,23 @@ interleaved runs of a second, twice slower machine) where, among the polyonnx be
 - the others stay put (within per-round noise of 1%).
 
 Baselines (onnxruntime, numpy for MatMul) are measured beside them and do not change.
+
+``series_history(directory, factors)`` writes runs of arbitrary level factors (a steady
+wobble, a step, a drift: ``alternating``, ``uniform``, ``step``, ``drift``), and
+``measurements(factors)`` gives such a series as Measurements, for the verdicts alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from polyonnx.bench.cases import Measurement
 
 MACHINE_DIR = "Linux-CPython-3.11-64bit"
 ROUNDS = 40
@@ -35,6 +43,10 @@ class Bench:
     seconds: float
     flops: int | None
     baselines: tuple[str, ...]
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.case, self.threads
 
 
 BENCHES = [
@@ -179,4 +191,73 @@ def known_history(
             when = f"2026-11-{10 + run:02}T12:{minute:02}:00.000000+00:00"
             data = run_json(records, commit[:40], when, node=machine, dirty=run == RUNS - 1)
             paths.append(write_run(directory, data))
+    return paths
+
+
+# -- series of chosen levels ---------------------------------------------------------------
+
+
+def alternating(runs: int, amplitude: float = 0.03) -> list[float]:
+    """A steady level whose runs alternate +-amplitude around it: 1.03, 0.97, 1.03, ..."""
+    return [1.0 + amplitude * (-1) ** i for i in range(runs)]
+
+
+def uniform(runs: int, amplitude: float = 0.03, seed: int = 0) -> list[float]:
+    """A steady level whose runs fall anywhere within +-amplitude of it (seeded)."""
+    rng = np.random.default_rng(seed)
+    return [float(f) for f in 1.0 + rng.uniform(-amplitude, amplitude, runs)]
+
+
+def step(factors: Sequence[float], at: int, size: float) -> list[float]:
+    """``factors`` times ``size`` from run ``at`` on (1.2: 20% slower)."""
+    return [f * (size if i >= at else 1.0) for i, f in enumerate(factors)]
+
+
+def drift(runs: int, rate: float = 0.01) -> list[float]:
+    """A level that grows by ``rate`` of the first run's level every run."""
+    return [1.0 + rate * i for i in range(runs)]
+
+
+def rounds_of(level: float, rng: np.random.Generator, noise: float = 0.01) -> np.ndarray:
+    return level * (1 + noise * rng.standard_normal(ROUNDS))
+
+
+def measurement_of(data: np.ndarray) -> Measurement:
+    q1, median, q3 = np.percentile(data, [25, 50, 75])
+    return Measurement(
+        "case", "polyonnx", 1, None, float(median), float(q1), float(q3), len(data),
+        tuple(float(t) for t in data),
+    )  # fmt: skip
+
+
+def measurements(
+    factors: Sequence[float], seconds: float = 1e-3, noise: float = 0.01, seed: int = 0
+) -> list[Measurement]:
+    """A series whose runs' true levels are ``seconds`` times ``factors``, each run of
+    ROUNDS rounds with ``noise`` (relative, normal) between rounds."""
+    rng = np.random.default_rng(seed)
+    return [measurement_of(rounds_of(seconds * f, rng, noise)) for f in factors]
+
+
+def series_history(
+    directory: pathlib.Path, factors: dict[tuple[str, int], Sequence[float]], seed: int = 0
+) -> list[pathlib.Path]:
+    """Runs of one machine where each benchmark of BENCHES named in ``factors`` has those
+    level factors (all the same length: the number of runs), with its baselines steady."""
+    rng = np.random.default_rng(seed)
+    runs = len(next(iter(factors.values())))
+    paths = []
+    for run in range(runs):
+        records = []
+        for bench in BENCHES:
+            if bench.key not in factors:
+                continue
+            ours = rounds_of(bench.seconds * factors[bench.key][run], rng)
+            records.append(record(bench.case, "polyonnx", bench.threads, bench.flops, ours, True))
+            for i, impl in enumerate(bench.baselines):
+                theirs = rounds_of(bench.seconds * (1.1 + 0.1 * i), rng)
+                records.append(record(bench.case, impl, bench.threads, bench.flops, theirs, True))
+        commit = hashlib.sha1(f"run {run}".encode()).hexdigest()
+        when = f"2026-11-{1 + run // 24:02}T{run % 24:02}:00:00.000000+00:00"
+        paths.append(write_run(directory, run_json(records, commit, when)))
     return paths

@@ -1,6 +1,7 @@
 """The dashboard in a real headless Chromium (Debian's ``chromium`` and ``chromedriver``,
 driven by selenium): no console errors, every benchmark in the overview, plots that are
-not blank.
+not blank, and on a machine whose runs wobble by +-3%, no flag on a steady benchmark and
+one on a benchmark that stepped.
 
 Without Chromium the test skips, saying why; under CI (``CI=true``) it fails instead: CI
 must run it (.ci/run installs Chromium).
@@ -18,7 +19,14 @@ import pytest
 from polyonnx.bench.history import load_history
 from polyonnx.bench.site import write_site
 from tests.bench.png import read_png
-from tests.bench.synthetic import BENCHES, REGRESSION, known_history
+from tests.bench.synthetic import (
+    BENCHES,
+    REGRESSION,
+    alternating,
+    known_history,
+    series_history,
+    step,
+)
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 FLAGS = [
@@ -136,3 +144,59 @@ def test_plot_screenshot_is_not_blank(browser, site):
     assert near("#1f6feb") > 200  # the polyonnx line
     assert near("#e8710a") > 200  # the onnxruntime line
     assert near("#cf222e") > 30  # the regression's ring
+
+
+STEADY = ("softmax-512x1024", 1)
+STEPPED = ("matmul-256", 1)
+STEP_AT = 10
+
+
+@pytest.fixture(scope="module")
+def noisy_site(tmp_path_factory) -> pathlib.Path:
+    """20 runs of a machine whose runs alternate +-3%: one benchmark steady, one 20% slower
+    from run 10 on."""
+    root = tmp_path_factory.mktemp("noisy")
+    steady = alternating(20)
+    series_history(root / "history", {STEADY: steady, STEPPED: step(steady, STEP_AT, 1.2)})
+    runs, _ = load_history(root / "history")
+    return write_site(runs, root / "site")[0]
+
+
+def panel_flags(browser, key: tuple[str, int]) -> tuple[int, list[str]]:
+    """(the flag rings in a benchmark's plot, the classes of its flagged run-table rows)."""
+    from selenium.webdriver.common.by import By
+
+    panel = browser.find_element(By.ID, f"b-{key[0]}-{key[1]}t")
+    rings = panel.find_elements(By.CSS_SELECTOR, "svg.plot g.flag")
+    flagged = ".runs-scroll tr.regression, .runs-scroll tr.improvement"
+    rows = panel.find_elements(By.CSS_SELECTOR, flagged)
+    return len(rings), [row.get_attribute("class") for row in rows]
+
+
+def test_steady_noise_shows_no_flag_and_a_step_one(browser, noisy_site):
+    from selenium.webdriver.common.by import By
+
+    errors = [e for e in open_page(browser, noisy_site) if e["level"] == "SEVERE"]
+    assert errors == []
+    flagged = browser.find_elements(By.CSS_SELECTOR, "#flagged tr")[1:]
+    assert len(flagged) == 1
+    cells = flagged[0].find_elements(By.TAG_NAME, "td")
+    assert cells[0].text == f"{STEPPED[0]} · 1 thread" and cells[1].text.startswith("▲ +2")
+    assert cells[-1].text.startswith(f"#{STEP_AT + 1} ")  # run numbers count from 1
+    assert panel_flags(browser, STEADY) == (0, [])
+    assert panel_flags(browser, STEPPED) == (1, ["regression"])
+    ring = browser.find_element(By.CSS_SELECTOR, f"#b-{STEPPED[0]}-1t g.flag title")
+    assert f"run #{STEP_AT + 1}" in ring.get_attribute("textContent")
+
+    def red_pixels(key: tuple[str, int]) -> int:
+        plot = browser.find_element(By.CSS_SELECTOR, f"#b-{key[0]}-{key[1]}t svg.plot")
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", plot)
+        image = read_png(plot.screenshot_as_png)[..., :3].astype(int)
+        return int((np.abs(image - [0xCF, 0x22, 0x2E]).sum(axis=2) < 60).sum())
+
+    assert red_pixels(STEADY) == 0
+    assert red_pixels(STEPPED) > 30
+    shots = os.environ.get("POLYONNX_SCREENSHOTS")
+    if shots:  # to look at the page: POLYONNX_SCREENSHOTS=DIR
+        browser.set_window_size(1280, 2600)
+        browser.save_screenshot(str(pathlib.Path(shots) / "noisy-dashboard.png"))

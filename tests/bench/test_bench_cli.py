@@ -52,7 +52,34 @@ def test_bad_bench_arguments_are_usage_errors(argv, capsys):
 def test_dashboard_arguments():
     args = parse("dashboard", "--history", "h", "-o", "site", "--threshold", "3%")
     assert (str(args.history), str(args.output), args.threshold) == ("h", "site", 0.03)
-    assert parse("dashboard").output is None  # HISTORY/dashboard
+    defaults = parse("dashboard")
+    assert defaults.output is None  # HISTORY/dashboard
+    assert (defaults.threshold, defaults.z, defaults.window) == (0.075, 3.0, 5)
+    args = parse("dashboard", "--z", "2.5", "--window", "2")
+    assert (args.z, args.window) == (2.5, 2)
+
+
+@pytest.mark.parametrize("argv", [["--z", "0"], ["--z", "x"], ["--window", "1"],
+                                  ["--window", "2.5"], ["--threshold", "0"]])  # fmt: skip
+def test_bad_dashboard_arguments_are_usage_errors(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse("dashboard", *argv)
+    assert exit_info.value.code == 2
+    assert "expected" in capsys.readouterr().err
+
+
+def test_dashboard_window_and_z_reach_the_verdicts(tmp_path, capsys):
+    """--z 1000 leaves no change confident enough to flag; --window 2 sets levels from 2
+    runs (the page says so)."""
+    known_history(tmp_path / "h")
+    site = tmp_path / "s"
+    assert main(["dashboard", "--history", str(tmp_path / "h"), "-o", str(site)]) == 0
+    assert "▲ +20." in (site / "index.html").read_text()
+    argv = ["dashboard", "--history", str(tmp_path / "h"), "-o", str(site), "--z", "1000"]
+    assert main(argv) == 0
+    assert "None: no run changed a benchmark" in (site / "index.html").read_text()
+    assert main([*argv[:-2], "--window", "2"]) == 0
+    assert "first 2 runs" in (site / "index.html").read_text()
 
 
 def test_compare_gate_fails_on_the_regression(tmp_path, capsys):
