@@ -8,6 +8,11 @@ Records come from a tuning database and from the records shipped with polyonnx f
 CPU (tuning/, installed as polyonnx.tuning). Only records measured under this machine's
 key (CPU, features, polyonnx and LLVM versions, thread count) apply; ``skipped`` says
 which others there were, and why they were not used.
+
+Only records the model-level A/B kept are used (tune/db.py, "Verdicts"): a task a
+session has judged in the user's database is decided there alone, so a shipped record
+the A/B dropped is not used either. A session choosing what its A/B tries loads them
+with ``candidates=True``: every record not dropped.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Program
 from polyonnx.schedule.heuristics.default import default_schedule
 from polyonnx.schedule.tree import KernelSchedule
-from polyonnx.tune.db import Database, Key, Trial
+from polyonnx.tune.db import Database, Key, Trial, canonical
 from polyonnx.tune.runner import kernel_schedule
 from polyonnx.tune.tasks import structural_hash
 
@@ -32,17 +37,34 @@ MARGIN = 0.97
 alongside it, `Trial.ratio`): a smaller gain is within the noise of one measurement."""
 
 
+@dataclass(frozen=True)
+class Choice:
+    """A task's record in use: the trial, the default it beat, the database it is from."""
+
+    trial: Trial
+    default: Trial
+    db: Database
+
+
 @dataclass
 class Records:
     key: Key
     databases: list[Database] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    candidates: bool = False
+    """Records a session's A/B may try (not dropped), instead of those it kept."""
 
     @staticmethod
-    def load(threads: int, db: str | os.PathLike | None = None, shipped: bool = True) -> Records:
+    def load(
+        threads: int,
+        db: str | os.PathLike | None = None,
+        shipped: bool = True,
+        *,
+        candidates: bool = False,
+    ) -> Records:
         """Records for this machine running ``threads`` threads: from ``db`` (which must
         exist) and, with ``shipped``, those that come with polyonnx."""
-        records = Records(Key.host(threads))
+        records = Records(Key.host(threads), candidates=candidates)
         if db is not None:
             records.databases.append(Database(db, create=False))
         if shipped:
@@ -51,18 +73,34 @@ class Records:
 
     def best(self, tasks: Iterable[str]) -> dict[str, Trial]:
         """Per task, the fastest record that beats its default by the margin."""
+        return {task: choice.trial for task, choice in self.choices(tasks).items()}
+
+    def choices(self, tasks: Iterable[str]) -> dict[str, Choice]:
+        """Per task, the fastest record that beats its default by the margin, with its
+        default and its database. The user's database comes first. It decides alone the
+        tasks a session has judged in it; for a session's candidates, it only rules out
+        the traces it dropped."""
         tasks = list(tasks)
-        found: dict[str, Trial] = {}
+        found: dict[str, Choice] = {}
+        decided: set[str] = set()
+        dropped: dict[str, set[str]] = {}
         for db in self.databases:
-            best, skipped = db.lookup(tasks, self.key)
+            open_tasks = [t for t in tasks if t not in decided]
+            best, skipped = db.lookup(open_tasks, self.key, candidates=self.candidates)
             for reason in skipped:
                 self._skip(f"{reason} ({_source(db)})")
             for task, trial in best.items():
                 default = db.default(task, self.key)
-                if default is None or trial.ratio(default) >= MARGIN:
+                if canonical(trial.trace) in dropped.get(task, ()):
                     continue
-                if task not in found:  # the user's database comes first
-                    found[task] = trial
+                if default is not None and trial.ratio(default) < MARGIN:
+                    found[task] = Choice(trial, default, db)
+            decided |= set(found)
+            for task in open_tasks:
+                if self.candidates:
+                    dropped.setdefault(task, set()).update(db.dropped(task, self.key))
+                elif db.judged(task, self.key):
+                    decided.add(task)
         return found
 
     def schedules(

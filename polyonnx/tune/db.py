@@ -18,15 +18,26 @@ WAL needs shared memory between processes, so the file must be on a local file s
 
 Schema (version `SCHEMA_VERSION`)::
 
-    meta(name TEXT PRIMARY KEY, value TEXT)          -- ('schema_version', '1')
+    meta(name TEXT PRIMARY KEY, value TEXT)          -- ('schema_version', '2')
     trials(id INTEGER PRIMARY KEY AUTOINCREMENT,      -- insertion order
            uid TEXT UNIQUE, task, op_type, kernel,
            trace TEXT,                                -- canonical JSON of the schedule trace
            status, reason, median_s, spread_s, repeats,
            baseline_s,                                -- the default's median, interleaved
            cpu, features, polyonnx, llvm, threads,    -- the Key
-           model, session, created)
+           model, session, created,
+           verdict, verdict_reason)                   -- the model-level A/B's (below)
     index trials_by_key on trials(task, cpu, features, polyonnx, llvm, threads)
+
+Verdicts. A tuned trace is used by ``polyonnx run`` only if the model got faster with it:
+every session ends with a model-level A/B (tune/verdict.py) and writes its verdict on every
+row of the trace. ``verdict`` is NULL for a trial no session of schema 2 has judged (an
+old database's, or an import without the field: the old rule, faster than the default at
+kernel level, applies), ``'pending'`` for one a session measured and has not judged yet
+(a session stopped before its A/B), ``'kept'`` when the A/B kept it, ``'dropped'`` (with
+``verdict_reason``) when the model was not faster beyond the measured noise with it. A task
+with any verdict on a tuned row is *judged* here: only its kept traces are used
+(`Database.best`). Version 1 files gain the two columns when opened (`_migrate`).
 
 Export and import move trials as JSON lines, one `Trial.to_json` object per line; a trial's
 ``uid`` makes import idempotent.
@@ -49,13 +60,18 @@ from uuid import uuid4
 
 from polyonnx.errors import TuningError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_NAME = "polyonnx-tuning.db"
 STATUSES = ("ok", "failed")
+VERDICTS = (None, "pending", "kept", "dropped")
+_VERDICT_COLUMNS = (
+    "verdict TEXT CHECK (verdict IN ('pending', 'kept', 'dropped'))",
+    "verdict_reason TEXT",
+)
 
 _SCHEMA = (
     "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    """CREATE TABLE trials (
+    f"""CREATE TABLE trials (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         uid TEXT NOT NULL UNIQUE,
         task TEXT NOT NULL,
@@ -75,16 +91,19 @@ _SCHEMA = (
         threads INTEGER NOT NULL,
         model TEXT NOT NULL,
         session TEXT NOT NULL,
-        created REAL NOT NULL
+        created REAL NOT NULL,
+        {_VERDICT_COLUMNS[0]},
+        {_VERDICT_COLUMNS[1]}
     )""",
     "CREATE INDEX trials_by_key ON trials (task, cpu, features, polyonnx, llvm, threads)",
 )
 
 _COLUMNS = (
     "uid, task, op_type, kernel, trace, status, reason, median_s, spread_s, repeats, "
-    "baseline_s, cpu, features, polyonnx, llvm, threads, model, session, created"
+    "baseline_s, cpu, features, polyonnx, llvm, threads, model, session, created, "
+    "verdict, verdict_reason"
 )
-_INSERT = f"INSERT OR IGNORE INTO trials ({_COLUMNS}) VALUES ({', '.join('?' * 19)})"
+_INSERT = f"INSERT OR IGNORE INTO trials ({_COLUMNS}) VALUES ({', '.join('?' * 21)})"
 _KEY_MATCH = "task = ? AND cpu = ? AND features = ? AND polyonnx = ? AND llvm = ? AND threads = ?"
 
 
@@ -148,10 +167,21 @@ class Trial:
     load the way two separate measurements do."""
     uid: str = field(default_factory=lambda: uuid4().hex)
     created: float = field(default_factory=time.time)
+    verdict: str | None = None
+    """The model-level A/B's verdict on this trace (module docstring, "Verdicts"): None
+    (never judged), "pending", "kept" or "dropped"."""
+    verdict_reason: str | None = None
 
     def __post_init__(self):
         if self.status not in STATUSES:
             raise TuningError(f"trial status must be 'ok' or 'failed', got {self.status!r}")
+        if self.verdict not in VERDICTS:
+            raise TuningError(
+                f"trial {self.uid}: verdict must be pending, kept, dropped or null, "
+                f"got {self.verdict!r}"
+            )
+        if self.verdict_reason is not None and not isinstance(self.verdict_reason, str):
+            raise TuningError(f"trial {self.uid}: verdict_reason must be text")
         if self.status == "ok" and self.median_s is None:
             raise TuningError(f"trial {self.uid} of task {self.task} is ok but has no median")
         if self.status == "failed" and not self.reason:
@@ -206,6 +236,8 @@ class Trial:
             "model": self.model,
             "session": self.session,
             "created": self.created,
+            "verdict": self.verdict,
+            "verdict_reason": self.verdict_reason,
         }
 
     @staticmethod
@@ -239,6 +271,8 @@ class Trial:
                 session=obj.get("session", ""),
                 uid=_field(obj, "uid", str),
                 created=_field(obj, "created", (int, float)),
+                verdict=obj.get("verdict"),
+                verdict_reason=obj.get("verdict_reason"),
             )
         except TypeError as err:  # e.g. a median that is a string
             raise TuningError(f"the trial has a field of the wrong type: {err}") from None
@@ -309,12 +343,37 @@ class Database:
                 f"{self.path} is an SQLite database but not a polyonnx tuning database "
                 f"(no 'meta' table; its tables: {', '.join(sorted(tables))})"
             )
+        self._migrate()
         self._check_version()
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
 
     def _tables(self) -> set[str]:
         return {row[0] for row in self._conn.execute("SELECT name FROM sqlite_master")}
+
+    def _version(self) -> str | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+        return None if row is None else row[0]
+
+    def _migrate(self) -> None:
+        """Bring a version 1 file to version 2: the verdict columns, NULL on every old
+        trial (never judged: the old rule applies to them until a session judges them)."""
+        if self._version() != "1":
+            return
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")  # two processes opening one old file: one migrates
+        try:
+            if self._version() == "1":
+                for column in _VERDICT_COLUMNS:
+                    conn.execute(f"ALTER TABLE trials ADD COLUMN {column}")
+                conn.execute(
+                    "UPDATE meta SET value = ? WHERE name = 'schema_version'",
+                    (str(SCHEMA_VERSION),),
+                )
+            conn.execute("COMMIT")
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
 
     def _check_version(self) -> None:
         row = self._conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
@@ -323,7 +382,8 @@ class Database:
         if row[0] != str(SCHEMA_VERSION):
             raise TuningError(
                 f"{self.path} has tuning database schema version {row[0]}; this polyonnx "
-                f"reads schema version {SCHEMA_VERSION} only (another polyonnx version wrote it)"
+                f"reads schema version {SCHEMA_VERSION} only (and migrates version 1; another "
+                "polyonnx version wrote it)"
             )
 
     @contextmanager
@@ -381,18 +441,56 @@ class Database:
             ).fetchone()
         return None if row is None else _trial(row)
 
-    def best(self, task: str, key: Key) -> Trial | None:
+    def best(self, task: str, key: Key, *, candidates: bool = False) -> Trial | None:
         """The ok tuned trial with the smallest time relative to the default (`Trial.ratio`),
-        if that is below 1; a trace measured several times is judged by its slowest
-        measurement (a lucky run is not a speed-up).
+        if that is below 1, among the traces ``polyonnx run`` may use: a judged task's kept
+        traces, an unjudged task's every trace (module docstring, "Verdicts"). With
+        ``candidates`` (a session choosing what its A/B tries): every trace not dropped.
+        A trace measured several times is judged by its slowest measurement (a lucky run is
+        not a speed-up).
 
-        None when the default schedule was never measured ok under ``key``, or when no tuned
-        trace is strictly faster: only schedules measured faster are ever applied. Ties go to
-        the earlier trial.
+        None when the default schedule was never measured ok under ``key``, or when no
+        such trace is strictly faster: only schedules measured faster are ever applied.
+        Ties go to the earlier trial.
         """
         base = self.default(task, key)
         if base is None:
             return None
+        by_trace = self._tuned(task, key)
+        judged = any(t.verdict is not None for trials in by_trace.values() for t in trials)
+        usable = [
+            trials for trials in by_trace.values()
+            if _usable(trace_verdict(trials), judged, candidates)
+        ]  # fmt: skip
+        if not usable:
+            return None
+        # a trace measured more than once counts by its slowest measurement
+        worst = [max(trials, key=lambda t: t.ratio(base)) for trials in usable]
+        fastest = min(worst, key=lambda t: t.ratio(base))
+        return fastest if fastest.ratio(base) < 1 else None
+
+    def judged(self, task: str, key: Key) -> bool:
+        """Whether a session has judged (or is judging) ``task``'s tuned traces here: then
+        only this database decides which of its records are used."""
+        with self._sql() as conn:
+            row = conn.execute(
+                f"SELECT 1 FROM trials WHERE {_KEY_MATCH} AND trace != '[]' "
+                "AND verdict IS NOT NULL LIMIT 1",
+                _key_params(task, key),
+            ).fetchone()
+        return row is not None
+
+    def dropped(self, task: str, key: Key) -> set[str]:
+        """Canonical JSON of every trace of ``task`` the A/B dropped under ``key``."""
+        with self._sql() as conn:
+            rows = conn.execute(
+                f"SELECT DISTINCT trace FROM trials WHERE {_KEY_MATCH} AND verdict = 'dropped'",
+                _key_params(task, key),
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    def _tuned(self, task: str, key: Key) -> dict[str, list[Trial]]:
+        """The ok tuned trials of ``task`` under ``key``, by canonical trace."""
         with self._sql() as conn:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM trials WHERE {_KEY_MATCH} "
@@ -403,12 +501,51 @@ class Database:
         for row in rows:
             trial = _trial(row)
             by_trace.setdefault(canonical(trial.trace), []).append(trial)
-        if not by_trace:
-            return None
-        # a trace measured more than once counts by its slowest measurement
-        worst = [max(trials, key=lambda t: t.ratio(base)) for trials in by_trace.values()]
-        fastest = min(worst, key=lambda t: t.ratio(base))
-        return fastest if fastest.ratio(base) < 1 else None
+        return by_trace
+
+    def judge(
+        self, key: Key, tasks: Iterable[str], verdicts: Iterable[Verdict], session: str = ""
+    ) -> None:
+        """Write a session's A/B verdicts, in one transaction. Every tuned trace of
+        ``tasks`` that was kept or never judged becomes pending first, so afterwards the
+        kept traces are exactly the ``verdicts`` kept: the set the A/B measured. A verdict
+        on a trial from elsewhere (the shipped records) copies it, and its default where
+        this database has none, in here first."""
+        with self._sql() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for task in dict.fromkeys(tasks):
+                    conn.execute(
+                        "UPDATE trials SET verdict = 'pending', verdict_reason = NULL "
+                        f"WHERE {_KEY_MATCH} AND trace != '[]' "
+                        "AND (verdict IS NULL OR verdict = 'kept')",
+                        _key_params(task, key),
+                    )
+                for v in verdicts:
+                    self._judge_one(conn, key, v, session)
+                conn.execute("COMMIT")
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+
+    @staticmethod
+    def _judge_one(conn: sqlite3.Connection, key: Key, v: Verdict, session: str) -> None:
+        if v.verdict not in ("kept", "dropped"):
+            raise TuningError(f"a verdict is 'kept' or 'dropped', got {v.verdict!r}")
+        trial = v.trial
+        conn.execute(_INSERT, _row(trial))  # ignored when the trial is here already
+        if v.default is not None:
+            has_default = conn.execute(
+                f"SELECT 1 FROM trials WHERE {_KEY_MATCH} AND status = 'ok' AND trace = '[]'",
+                _key_params(trial.task, key),
+            ).fetchone()
+            if has_default is None:
+                conn.execute(_INSERT, _row(v.default))
+        reason = v.reason + (f" (session {session})" if session else "")
+        conn.execute(
+            f"UPDATE trials SET verdict = ?, verdict_reason = ? WHERE {_KEY_MATCH} AND trace = ?",
+            (v.verdict, reason, *_key_params(trial.task, key), canonical(trial.trace)),
+        )
 
     def count(self, task: str, key: Key, trace: list[dict]) -> int:
         """How many ok measurements of ``trace`` ``task`` has under ``key``."""
@@ -419,8 +556,11 @@ class Database:
             ).fetchone()
         return row[0]
 
-    def lookup(self, tasks: Iterable[str], key: Key) -> tuple[dict[str, Trial], list[str]]:
-        """The best trial of each task where one applies, and why other records were skipped.
+    def lookup(
+        self, tasks: Iterable[str], key: Key, *, candidates: bool = False
+    ) -> tuple[dict[str, Trial], list[str]]:
+        """The best trial of each task where one applies (`best`, ``candidates`` passed on),
+        and why other records were skipped.
 
         Records of these tasks measured under another key are never applied; each reason line
         names the first part of the key that differs (cpu, features, polyonnx, LLVM, threads)
@@ -430,7 +570,7 @@ class Database:
         chosen: dict[str, Trial] = {}
         skipped: dict[tuple[int, str], tuple[int, set[str]]] = {}
         for task in dict.fromkeys(tasks):
-            trial = self.best(task, key)
+            trial = self.best(task, key, candidates=candidates)
             if trial is not None:
                 chosen[task] = trial
             with self._sql() as conn:
@@ -533,6 +673,36 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """The A/B's word on one tuned trace: "kept" or "dropped", and why. ``default``: the
+    default trial its speed-up was measured against, copied in with a trial from
+    elsewhere."""
+
+    trial: Trial
+    verdict: str
+    reason: str
+    default: Trial | None = None
+
+
+def trace_verdict(trials: Iterable[Trial]) -> str | None:
+    """One trace's verdict from its rows: dropped if any row is, else pending if any is,
+    else kept if any is, else None (never judged)."""
+    verdicts = {t.verdict for t in trials}
+    for verdict in ("dropped", "pending", "kept"):
+        if verdict in verdicts:
+            return verdict
+    return None
+
+
+def _usable(verdict: str | None, judged: bool, candidates: bool) -> bool:
+    """Whether a trace with ``verdict`` may be chosen: by a session (``candidates``), if
+    not dropped; by a run, if kept, or never judged in a task never judged."""
+    if candidates:
+        return verdict != "dropped"
+    return verdict == "kept" or (verdict is None and not judged)
+
+
 def _key_params(task: str, key: Key) -> tuple:
     return (task, key.cpu, key.features, key.polyonnx, key.llvm, key.threads)
 
@@ -559,12 +729,15 @@ def _row(trial: Trial) -> tuple:
         trial.model,
         trial.session,
         trial.created,
+        trial.verdict,
+        trial.verdict_reason,
     )
 
 
 def _trial(row: tuple) -> Trial:
     (uid, task, op_type, kernel, trace, status, reason, median, spread, repeats) = row[:10]
-    baseline, cpu, features, version, llvm, threads, model, session, created = row[10:]
+    baseline, cpu, features, version, llvm, threads, model, session, created = row[10:19]
+    verdict, verdict_reason = row[19:]
     return Trial(
         task=task,
         op_type=op_type,
@@ -581,4 +754,6 @@ def _trial(row: tuple) -> Trial:
         session=session,
         uid=uid,
         created=created,
+        verdict=verdict,
+        verdict_reason=verdict_reason,
     )

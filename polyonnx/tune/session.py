@@ -12,8 +12,12 @@ share of the model's time first, every trial committed to the database as it fin
    its default schedule (measured once, ever); its candidates are timed against it.
 4. Each task's best trace, if measured only once, is measured again (a lucky run among
    hundreds is not a speed-up; `Database.best` judges a trace by its slowest measurement).
-5. The model is compiled with the records that beat the default by more than the noise
-   margin, and default, tuned (and onnxruntime's) latencies are measured in the same run.
+5. The model-level A/B (tune/evaluate.py, tune/verdict.py): the default model and the
+   model tuned with every record that beat its default at kernel level are timed in
+   alternating rounds; the records stay in use only if the model is faster beyond the
+   measured noise (else the subsets of most expected gain are tried, while the time
+   allows). Every record weighed is marked kept or dropped in the database; `run` uses
+   the kept ones only. The A/B's time is within the budget.
 """
 
 from __future__ import annotations
@@ -27,9 +31,8 @@ from dataclasses import dataclass, field
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Program
 from polyonnx.runtime.compiled import compile_program, default_schedules, lower_model
-from polyonnx.tune.apply import Records
 from polyonnx.tune.db import Database, Key, Trial, default_path
-from polyonnx.tune.evaluate import SECONDS, model_latency
+from polyonnx.tune.evaluate import SECONDS, Outcome, Setup, evaluate
 from polyonnx.tune.measure import Job, Workers
 from polyonnx.tune.runner import Measurement, kernel_schedule, random_inputs
 from polyonnx.tune.search import TaskSearch
@@ -40,7 +43,8 @@ from polyonnx.tune.tasks import Task, model_tasks, rename_trace
 @dataclass(frozen=True)
 class Options:
     budget_s: float = 600.0
-    """Wall seconds for the whole session, the final latency measurement included."""
+    """Wall seconds for the whole session, the model-level A/B and the final latency
+    measurement included."""
     trials: int | None = None
     """Stop after this many trials in this session, defaults included (None: no limit)."""
     threads: int = 0
@@ -58,7 +62,10 @@ class Options:
     seed: int = 0
     compare_ort: bool = True
     eval_s: float = SECONDS
-    """Seconds of runs per contender when the final model latencies are measured."""
+    """Seconds of runs per contender when onnxruntime is timed beside the tuned model."""
+    verdict_s: float | None = None
+    """Seconds set aside in the budget for the model-level A/B, compiles included (None:
+    `verdict_seconds`). Its first A/B runs its minimum rounds even past them."""
     fault: str = ""
     """Fault injection for tests (tune/worker.py: ``segv:3,hang:5``)."""
 
@@ -86,8 +93,12 @@ class TaskProgress:
     """Wall seconds this session's trials of the task took (building and timing)."""
     note: str = ""
     tuned_s: float | None = None
-    """With the record the tuned model runs: the default's time times the record's ratio
-    (None: it runs the default)."""
+    """The task's record the model-level A/B weighed: the default's time times the
+    record's ratio (None: no record beat the default by the margin)."""
+    in_use: bool = False
+    """The A/B kept that record: ``polyonnx run`` uses it."""
+    dropped: str = ""
+    """Why the A/B dropped it."""
     default_tried: bool = False
     """Its default schedule was sent to be measured this session. A task's default is
     measured when the search first picks it, not every task's before any search: at ~2 s
@@ -122,10 +133,14 @@ class Result:
     """Trials read back from the database instead of measured again."""
     elapsed_s: float = 0.0
     latency: dict[str, float] = field(default_factory=dict)
-    """Model latency, median seconds: "default", "tuned" and "onnxruntime"."""
+    """Model latency, median seconds: "default", "tuned" (from the A/B), "onnxruntime"
+    and "as run, beside onnxruntime"."""
     applied: int = 0
     skipped: list[str] = field(default_factory=list)
     stopped: str = ""
+    outcome: Outcome | None = None
+    """The model-level A/B: its decision, the candidates weighed, its wall seconds."""
+    budget_s: float = 0.0
 
 
 TrialCallback = Callable[[TaskProgress, Trial, Result], None]
@@ -137,6 +152,18 @@ CONFIRM_TASKS tasks: confirmation goes largest task first and stops at its own d
 Set aside for every task, it left a one-minute session on light SqueezeNet (25 tasks)
 no time to search at all."""
 
+VERDICT_SHARE = 0.2
+VERDICT_MIN_S = 5.0
+VERDICT_MAX_S = 120.0
+"""The model-level A/B's share of the budget, and its bounds in seconds."""
+
+
+def verdict_seconds(options: Options) -> float:
+    """Seconds of the budget set aside for the model-level A/B."""
+    if options.verdict_s is not None:
+        return max(options.verdict_s, 0.0)
+    return min(max(VERDICT_SHARE * options.budget_s, VERDICT_MIN_S), VERDICT_MAX_S)
+
 
 def tune(model: str, options: Options, on_trial: TrialCallback | None = None) -> Result:
     """Tune ``model``'s kernels (module docstring); every trial goes to the database as it
@@ -146,7 +173,7 @@ def tune(model: str, options: Options, on_trial: TrialCallback | None = None) ->
     program = lower_model(model, options.shapes)
     db_path = options.db or str(default_path(model))
     key = Key.host(threads)
-    result = Result(model, db_path, key, [])
+    result = Result(model, db_path, key, [], budget_s=options.budget_s)
     shares = _shares(program, threads)
     result.tasks = [
         TaskProgress(task, sum(shares.get(k, 0.0) for k in task.kernels))
@@ -160,13 +187,15 @@ def tune(model: str, options: Options, on_trial: TrialCallback | None = None) ->
             result.resumed += progress.earlier
         tuned = [t for t in result.tasks if t.search is not None]
         confirm_s = CONFIRM_SECONDS * min(len(tuned), CONFIRM_TASKS)
-        reserve = 2 * compile_s + 3 * options.eval_s + confirm_s + 2
+        ort_s = 2 * options.eval_s if options.compare_ort else 0.0
+        final_s = 2 * compile_s + verdict_seconds(options) + ort_s  # the A/B, onnxruntime
         runner = _Runner(model, program, db, key, options, threads, result, on_trial)
         end = start + options.budget_s
-        search_end = start + max(options.budget_s - reserve, 0.0)
+        search_end = start + max(options.budget_s - final_s - confirm_s - 2, 0.0)
         result.stopped = runner.search(pool, search_end)
-        runner.confirm(pool, end - 2 * compile_s - 3 * options.eval_s)
-    _evaluate(result, program, threads, options)
+        runner.confirm(pool, end - final_s)
+    ab_end = min(time.monotonic() + final_s - ort_s, end - ort_s)
+    _evaluate(result, program, options, runner.session, ab_end)
     result.elapsed_s = time.monotonic() - start
     return result
 
@@ -233,24 +262,27 @@ def _lanes() -> int:
     return host_target().lanes(4)
 
 
-def _evaluate(result: Result, program: Program, threads: int, options: Options) -> None:
-    """The model's latencies with and without the records, and each task's tuned time."""
-    records = Records.load(threads, result.db)
-    try:
-        result.latency, used = model_latency(
-            result.model, program, records, threads, options.compare_ort, options.eval_s
-        )
-        result.skipped = records.skipped
-        result.applied = len(used)
-        applied = {trial.task: trial for trial in used.values()}
-        with Database(result.db) as db:
-            for progress in result.tasks:
-                trial = applied.get(progress.task.hash)
-                default = db.default(progress.task.hash, result.key)
-                if trial is not None and progress.default_s and default is not None:
-                    progress.tuned_s = progress.default_s * trial.ratio(default)
-    finally:
-        records.close()
+def _evaluate(
+    result: Result, program: Program, options: Options, session: str, deadline: float
+) -> None:
+    """The model-level A/B, its verdicts written, and each task's record and state."""
+    shares: dict[str, float] = {}
+    for progress in result.tasks:
+        shares[progress.task.hash] = shares.get(progress.task.hash, 0.0) + progress.share
+    setup = Setup(result.model, program, result.db, result.key, shares, session,
+                  options.compare_ort, options.eval_s)  # fmt: skip
+    outcome = evaluate(setup, deadline)
+    result.outcome, result.latency = outcome, outcome.latency
+    result.skipped, result.applied = outcome.skipped, len(outcome.used)
+    decision = outcome.decision
+    for progress in result.tasks:
+        choice = outcome.candidates.get(progress.task.hash)
+        if choice is None or not progress.default_s:
+            continue
+        progress.tuned_s = progress.default_s * choice.trial.ratio(choice.default)
+        progress.in_use = decision is not None and progress.task.hash in decision.kept
+        if not progress.in_use and decision is not None:
+            progress.dropped = decision.reasons.get(progress.task.hash, "")
 
 
 def _priority(task: TaskProgress, pending: Mapping[str, int]) -> float:
@@ -311,7 +343,7 @@ class _Runner:
         for progress in self.result.tasks:
             if progress.search is None or not progress.best_trace:
                 continue
-            best = self.db.best(progress.task.hash, self.key)
+            best = self.db.best(progress.task.hash, self.key, candidates=True)
             if best is None or self.db.count(progress.task.hash, self.key, best.trace) > 1:
                 continue
             work.append((progress, rename_trace(best.trace, progress.task.name)))
@@ -353,6 +385,7 @@ class _Runner:
             key=self.key,
             model=os.path.basename(self.model),
             session=self.session,
+            verdict="pending",  # used by `run` once the session's A/B keeps it
         )
         self.db.add(trial)
         ok = measurement.status == "ok"

@@ -56,3 +56,15 @@ def model_path(tmp_path):
 def make_model():
     """``make_model(rows=..., depth=..., cols=...)``: the small model with other shapes."""
     return small_model
+
+
+def _tuned_kernels(session) -> tuple[str, ...]:
+    feed = {i.name: np.ones(i.shape, np.float32) for i in session.get_inputs()}
+    return session.compiled_for(feed).tuned
+
+
+@pytest.fixture
+def tuned_kernels():
+    """``tuned_kernels(session)``: the kernels ``session`` runs with tuning records
+    (compiled for the small model's inputs, as a run would)."""
+    return _tuned_kernels

@@ -5,17 +5,20 @@ and faster than the default."""
 from __future__ import annotations
 
 import collections
+import re
 
 import numpy as np
 import pytest
 
+from polyonnx.cli import main
 from polyonnx.inference import InferenceSession
 from polyonnx.runtime.compiled import lower_model
 from polyonnx.tune.db import Database, Key, Trial, canonical
 from polyonnx.tune.session import Options, tune
 from polyonnx.tune.tasks import model_tasks
+from polyonnx.tune.verdict import MIN_ROUNDS
 
-QUICK = {"budget_s": 120.0, "eval_s": 0.05, "compare_ort": False, "threads": 2}
+QUICK = {"budget_s": 120.0, "eval_s": 0.05, "compare_ort": False, "threads": 2, "verdict_s": 1.0}
 
 
 def test_a_session_commits_every_trial_and_resumes(model_path, tmp_path):
@@ -105,30 +108,33 @@ def _records(
         (0.5e-3, 0.5e-3, False),  # ... or faster: no gain over the default alongside
     ],
 )
-def test_sessions_use_records_only_when_faster(model_path, tmp_path, tuned_s, baseline_s, applied):
+def test_sessions_use_records_only_when_faster(
+    model_path, tmp_path, tuned_kernels, tuned_s, baseline_s, applied
+):
     db_path = str(tmp_path / "t.db")
     _records(db_path, model_path, Key.host(2), tuned_s, baseline_s)
     session = InferenceSession(model_path, threads=2, tuning_db=db_path)
-    compiled = session.compiled_for({})
-    assert set(compiled.tuned) == ({"mm1", "mm2"} if applied else set())
+    assert set(tuned_kernels(session)) == ({"mm1", "mm2"} if applied else set())
     feed = {i.name: np.ones(i.shape, np.float32) for i in session.get_inputs()}
     plain = InferenceSession(model_path, threads=2, tuning_db=False)
     np.testing.assert_allclose(session.run(None, feed)[0], plain.run(None, feed)[0], rtol=1e-5)
 
 
-def test_records_of_another_cpu_or_version_are_skipped_and_said(model_path, tmp_path):
+def test_records_of_another_cpu_or_version_are_skipped_and_said(
+    model_path, tmp_path, tuned_kernels
+):
     db_path = str(tmp_path / "t.db")
     host = Key.host(2)
     _records(
         db_path, model_path, Key("skylake-avx512", host.features, host.polyonnx, host.llvm, 2), 1e-4
     )
     session = InferenceSession(model_path, threads=2, tuning_db=db_path)
-    assert session.compiled_for({}).tuned == ()
+    assert tuned_kernels(session) == ()
     assert any("skylake-avx512" in reason for reason in session.records.skipped)
     other = tmp_path / "v.db"
     _records(str(other), model_path, Key(host.cpu, host.features, "0.0.1", host.llvm, 2), 1e-4)
     session = InferenceSession(model_path, threads=2, tuning_db=str(other))
-    assert session.compiled_for({}).tuned == ()
+    assert tuned_kernels(session) == ()
     assert any("polyonnx 0.0.1" in reason for reason in session.records.skipped)
 
 
@@ -148,3 +154,41 @@ def test_the_budget_bounds_the_session(model_path, tmp_path):
     result = tune(model_path, Options(db=str(tmp_path / "t.db"), **{**QUICK, "budget_s": 8.0}))
     assert result.stopped == "budget"
     assert result.elapsed_s < 8.0 + 4.0  # the job running at the deadline may finish
+
+
+LAST_LINE = re.compile(
+    r"tuned model: (\d+\.\d\d)× the default "
+    r"\((95% CI (\d+\.\d+)–(\d+\.\d+), (\d+) rounds|the default is kept: no tuned records in use)\)"
+)
+
+
+def test_a_session_ends_with_a_model_level_ab_and_an_honest_last_line(
+    model_path, tmp_path, capsys, tuned_kernels
+):
+    # a record that claims twice the default's speed at kernel level: the A/B weighs it
+    db_path = str(tmp_path / "t.db")
+    task = _records(db_path, model_path, Key.host(2), 0.5e-3, 1e-3)
+    command = ["tune", model_path, "--db", db_path, "--trials", "3", "--budget", "40s",
+               "--no-ort", "--threads", "2"]  # fmt: skip
+    assert main(command) == 0
+    out = capsys.readouterr().out
+    last = out.strip().splitlines()[-1]
+    match = LAST_LINE.fullmatch(last)
+    assert match, last
+    assert float(match.group(1)) >= 1.0
+    assert "model-level A/B (the default model and the tuned one" in out
+    rounds = [int(n) for n in re.findall(r"CI [\d.]+–[\d.]+, (\d+) rounds", out)]
+    assert rounds and min(rounds) >= MIN_ROUNDS
+    with Database(db_path) as db:
+        weighed = [t for t in db.trials(task, Key.host(2)) if t.trace and t.verdict != "pending"]
+        assert weighed, "the claimed record was not judged"
+        kept = db.best(task, Key.host(2))
+    session = InferenceSession(model_path, threads=2, tuning_db=db_path)
+    if match.group(3) is None:  # the default kept: run uses no record, the table says so
+        assert tuned_kernels(session) == () and kept is None
+        assert "record dropped (not used by run)" in out
+        assert not re.search(r"\bin use\b", out.split("speed-up: the kernel")[0])
+    else:
+        assert float(match.group(3)) > 1.0 and kept is not None
+        assert set(tuned_kernels(session))
+        assert re.search(r"\bin use\b", out)
