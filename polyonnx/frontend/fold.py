@@ -25,6 +25,15 @@ from onnx.reference import ReferenceEvaluator
 
 from polyonnx.aligned import aligned
 from polyonnx.errors import ModelError
+from polyonnx.frontend.budget import (
+    check_growth,
+    check_sparse,
+    check_types,
+    growth_dims,
+    propagation_is_safe,
+)
+from polyonnx.frontend.limits import Limits, resolve
+from polyonnx.frontend.validate import validate_nodes
 
 MAX_FOLD_ELEMENTS = 1 << 24
 """Outputs with more elements than this stay as nodes (a 64 MiB float32 tensor)."""
@@ -68,22 +77,34 @@ def fold_constants(
     nodes: Sequence[onnx.NodeProto],
     constants: Mapping[str, np.ndarray],
     inputs: Sequence[onnx.ValueInfoProto],
+    limits: Limits | None = None,
 ) -> Folded:
     """Fold every node of ``nodes`` whose outputs are computable at compile time.
 
     ``model`` supplies the opset imports, IR version, local functions, graph outputs and
     declared value_info; ``inputs`` are the real (non-constant) graph inputs, possibly with
-    pinned dims. Neither is mutated.
+    pinned dims. Neither is mutated. Every round checks the size budget (``budget.py``)
+    before inference and before folding, so neither allocates a tensor over ``limits``;
+    ONNX's data propagation runs only in rounds where it cannot materialise a big tensor.
+    Node attributes are validated (``validate.py``) before a node is folded.
     """
+    limits = resolve(limits)
     opsets = opset_map(model)
     remaining = list(nodes)
     known = dict(constants)
+    types: Types = {}
     while True:
-        types = infer_types(model, remaining, known, inputs)
+        check_growth(remaining, known, types, limits)
+        data_prop = propagation_is_safe(remaining, known, types)
+        types = infer_types(model, remaining, known, inputs, data_prop=data_prop)
+        validate_nodes(remaining, known, types, opsets, limits)
+        check_types(types, remaining, limits)
+        check_growth(remaining, known, types, limits)
         kept = _fold_sweep(remaining, known, types, opsets)
-        if len(kept) == len(remaining):
+        settled = len(kept) == len(remaining)
+        if settled and (data_prop or not propagation_is_safe(kept, known, types)):
             return Folded(tuple(kept), MappingProxyType(known), MappingProxyType(types))
-        remaining = kept
+        remaining = kept  # settled without data propagation: once more with it, now safe
 
 
 def opset_map(model: onnx.ModelProto) -> dict[str, int]:
@@ -100,15 +121,17 @@ def infer_types(
     nodes: Sequence[onnx.NodeProto],
     constants: Mapping[str, np.ndarray],
     inputs: Sequence[onnx.ValueInfoProto],
+    data_prop: bool = True,
 ) -> dict[str, onnx.TypeProto]:
-    """Run ONNX shape inference (non-strict, with data propagation) on ``nodes``.
+    """Run ONNX shape inference (non-strict, with data propagation unless told not to)
+    on ``nodes``.
 
     Returns the type of every top-level tensor inference could type, keyed by name.
     """
     skeleton = _inference_model(model, nodes, constants, inputs)
     try:
         inferred = onnx.shape_inference.infer_shapes(
-            skeleton, check_type=False, strict_mode=False, data_prop=True
+            skeleton, check_type=False, strict_mode=False, data_prop=data_prop
         )
     except Exception as exc:
         raise ModelError(
@@ -219,7 +242,10 @@ def _fold_constant_node(node: onnx.NodeProto) -> dict[str, np.ndarray] | None:
         return None
     value = helper.get_attribute_value(attr)
     if attr.name == "value":
-        array = numpy_helper.to_array(value)
+        try:
+            array = numpy_helper.to_array(value)
+        except Exception as exc:
+            raise ModelError(f"Constant node {node.name!r}: cannot read its value: {exc}") from exc
     elif attr.name == "sparse_value":
         array = densify(value)
     elif attr.name in ("value_float", "value_floats"):
@@ -233,18 +259,43 @@ def _fold_constant_node(node: onnx.NodeProto) -> dict[str, np.ndarray] | None:
     return {node.output[0]: array}
 
 
-def _decode(value: bytes | list[bytes]) -> str | list[str]:
-    if isinstance(value, bytes):
+def _decode(value: bytes | list[bytes]) -> str | bytes | list[str | bytes]:
+    """UTF-8 text as str; bytes that are not UTF-8 stay bytes."""
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    try:
         return value.decode("utf-8")
-    return [v.decode("utf-8") for v in value]
+    except UnicodeDecodeError:
+        return value
 
 
-def densify(sparse: onnx.SparseTensorProto) -> np.ndarray:
-    """A sparse tensor as a dense array (indices are linear [NNZ] or coordinates [NNZ, r])."""
-    values = numpy_helper.to_array(sparse.values)
-    indices = numpy_helper.to_array(sparse.indices)
-    dense = np.zeros(tuple(sparse.dims), dtype=values.dtype)
-    if indices.ndim == 1:
+def densify(sparse: onnx.SparseTensorProto, limits: Limits | None = None) -> np.ndarray:
+    """A sparse tensor as a dense array (indices are linear [NNZ] or coordinates [NNZ, r]),
+    after checking its indices against its dims and, when given, its size against
+    ``limits`` (``load_model`` has checked every tensor of the model already)."""
+    what = f"sparse tensor {sparse.values.name!r}"
+    if limits is not None:
+        check_sparse(sparse, limits, what)
+    try:
+        values = numpy_helper.to_array(sparse.values)
+        indices = numpy_helper.to_array(sparse.indices)
+    except Exception as exc:
+        raise ModelError(f"cannot read {what}: {exc}") from exc
+    dims = tuple(int(d) for d in sparse.dims)
+    linear = indices.ndim == 1
+    bound = [math.prod(dims)] if linear else list(dims)
+    if values.ndim != 1 or indices.dtype.kind not in "iu" or indices.ndim not in (1, 2):
+        raise ModelError(f"{what}: values must be 1-D and indices integer [NNZ] or [NNZ, rank]")
+    if len(indices) != len(values) or (not linear and indices.shape[1] != len(dims)):
+        raise ModelError(
+            f"{what}: indices of shape {list(indices.shape)} do not match "
+            f"{len(values)} values of a rank-{len(dims)} tensor"
+        )
+    column = indices.reshape(len(indices), -1)
+    if column.size and ((column < 0).any() or (column >= np.array(bound)).any()):
+        raise ModelError(f"{what}: an index lies outside its dims {list(dims)}")
+    dense = np.zeros(dims, dtype=values.dtype)
+    if linear:
         dense.reshape(-1)[indices] = values
     else:
         dense[tuple(indices.T)] = values
@@ -286,10 +337,12 @@ def _would_be_too_big(
     node: onnx.NodeProto, constants: Mapping[str, np.ndarray], types: Types
 ) -> bool:
     """True when an output is known, before evaluating, to exceed MAX_FOLD_ELEMENTS:
-    from inferred types, or for ConstantOfShape (how weights get materialised) its shape."""
+    from inferred types, or for growth ops (Range, ConstantOfShape: how weights get
+    materialised, ...) from their constant inputs."""
     limit = _fold_limit(node)
-    if node.op_type == "ConstantOfShape" and node.input[0] in constants:
-        return math.prod(int(d) for d in constants[node.input[0]].reshape(-1)) > limit
+    grown = growth_dims(node, constants, types)
+    if grown is not None:
+        return None in grown or math.prod(grown) > limit
     for name in node.output:
         dims = static_dims(types.get(name)) if name else None
         if dims and None not in dims and math.prod(dims) > limit:

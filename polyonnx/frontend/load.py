@@ -17,13 +17,17 @@ from types import MappingProxyType
 import numpy as np
 import onnx
 import onnx.version_converter
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 from onnx import external_data_helper, helper, numpy_helper
 
 from polyonnx.aligned import aligned
 from polyonnx.errors import InputError, ModelError, UnsupportedOpError
+from polyonnx.frontend.budget import check_model_tensors, check_tensor
 from polyonnx.frontend.dedupe import merge_duplicates
 from polyonnx.frontend.fold import DEFAULT_DOMAINS, Folded, densify, fold_constants, opset_map
 from polyonnx.frontend.graph import AttrValue, Dim, Graph, Node, Value
+from polyonnx.frontend.limits import Limits, resolve
 
 OLDEST_OPSET = 7
 """The oldest default-domain opset polyonnx accepts."""
@@ -31,23 +35,27 @@ OLDEST_OPSET = 7
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto
 
 
-def load_model(model: ModelSource) -> onnx.ModelProto:
+def load_model(model: ModelSource, *, limits: Limits | None = None) -> onnx.ModelProto:
     """Read ``model`` (a path, serialized bytes or a proto) and check it.
 
     A path's external data is resolved relative to the model's directory, and the checker
     runs on the path so models over 2 GB work. A proto passed in is copied, never mutated.
-    Every failure raises :class:`ModelError` naming the file (and the node, when the
-    checker names one).
+    Every tensor's dtype and dims are checked against ``limits`` (default
+    :meth:`Limits.from_env`, docs/limits.md) before any data is read, external data
+    included. Every failure raises :class:`ModelError` naming the file (and the node or
+    tensor, when there is one).
     """
+    limits = resolve(limits)
     if isinstance(model, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(model)
+        _check_proto(proto, "the given ModelProto", limits)
         _run_checker(proto, "the given ModelProto")
         return _check_opset(proto, "the given ModelProto")
     if isinstance(model, bytes | bytearray | memoryview):
-        return _load_bytes(bytes(model))
+        return _load_bytes(bytes(model), limits)
     if isinstance(model, str | os.PathLike):
-        return _load_path(os.fspath(model))
+        return _load_path(os.fspath(model), limits)
     raise ModelError(
         f"cannot load a model from a {type(model).__name__}; give a path, bytes or ModelProto"
     )
@@ -81,23 +89,25 @@ def model_digest(model: ModelSource) -> str:
     return digest.hexdigest()
 
 
-def _load_bytes(data: bytes) -> onnx.ModelProto:
+def _load_bytes(data: bytes, limits: Limits) -> onnx.ModelProto:
     source = f"the given {len(data)} bytes"
     try:
         proto = onnx.load_model_from_string(data)
     except Exception as exc:
         raise ModelError(f"{source} are not a valid ONNX protobuf: {exc}") from exc
+    _check_proto(proto, source, limits)
     _run_checker(proto, source)
     return _check_opset(proto, source)
 
 
-def _load_path(path: str) -> onnx.ModelProto:
+def _load_path(path: str, limits: Limits) -> onnx.ModelProto:
     if not os.path.isfile(path):
         raise ModelError(f"model file not found: {path!r}")
     try:
         proto = onnx.load(path, load_external_data=False)
     except Exception as exc:
         raise ModelError(f"{path!r} is not a valid ONNX protobuf: {exc}") from exc
+    _check_proto(proto, repr(path), limits)
     _run_checker(path, repr(path))
     base_dir = os.path.dirname(os.path.abspath(path))
     try:
@@ -107,6 +117,53 @@ def _load_path(path: str) -> onnx.ModelProto:
             f"cannot read the external data of {path!r} (from {base_dir!r}): {exc}"
         ) from exc
     return _check_opset(proto, repr(path))
+
+
+def _check_proto(proto: onnx.ModelProto, source: str, limits: Limits) -> None:
+    """Text fields that are valid UTF-8 and tensors within ``limits``, from headers only."""
+    _check_text(proto, source, "model")
+    try:
+        check_model_tensors(proto, limits)
+    except ModelError as exc:
+        raise ModelError(f"{source}: {exc}") from None
+
+
+def _check_text(message: Message, source: str, where: str) -> None:
+    """Every string field of ``message`` and the messages in it decodes as UTF-8.
+
+    protobuf hands back an invalid string as bytes, so a bad byte would otherwise
+    surface as a UnicodeDecodeError wherever a name is next written (shape inference's
+    copy of the graph). Tensor data is bytes, never decoded.
+    """
+    try:
+        fields = _text_fields(message)
+    except UnicodeDecodeError:
+        raise ModelError(f"{source}: a text field of {where} is not valid UTF-8") from None
+    for field, value in fields:
+        if field.type == FieldDescriptor.TYPE_STRING:
+            texts = value if field.is_repeated else [value]
+            bad = next((t for t in texts if not isinstance(t, str)), None)
+            if bad is not None:
+                raise ModelError(
+                    f"{source}: {where}.{field.name} is not valid UTF-8: {bytes(bad)!r}"
+                )
+        if field.type != FieldDescriptor.TYPE_MESSAGE:
+            continue
+        if not field.is_repeated:
+            _check_text(value, source, f"{where}.{field.name}")
+            continue
+        for index, item in enumerate(value):
+            _check_text(item, source, f"{where}.{field.name}[{index}]")
+
+
+def _text_fields(message: Message) -> list:
+    """``message``'s set fields; a tensor's data fields are left out (reading raw_data
+    would copy the weights)."""
+    if not isinstance(message, onnx.TensorProto):
+        return message.ListFields()
+    by_name = onnx.TensorProto.DESCRIPTOR.fields_by_name
+    wanted = ("name", "doc_string", "external_data", "metadata_props")
+    return [(by_name[name], getattr(message, name)) for name in wanted]
 
 
 def _run_checker(model: onnx.ModelProto | str, source: str) -> None:
@@ -146,6 +203,7 @@ def load_graph(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     input_values: Mapping[str, np.ndarray] | None = None,
     checked: bool = False,
+    limits: Limits | None = None,
 ) -> Graph:
     """Load, check, shape-infer and constant-fold ``model`` into an immutable Graph.
 
@@ -159,29 +217,59 @@ def load_graph(
     :class:`InputError`; everything wrong with the model itself raises ModelError.
     ``checked``: ``model`` is a ModelProto that :func:`load_model` returned, read as it
     is (not copied or checked again: a BERT-base's checker run took a second).
+    ``limits`` bounds every tensor the model declares or computes (docs/limits.md; default
+    :meth:`Limits.from_env`); node attributes are validated per op (``validate.py``).
     """
-    proto = model if checked and isinstance(model, onnx.ModelProto) else load_model(model)
-    constants = _initializers(proto.graph)
+    limits = resolve(limits)
+    if checked and isinstance(model, onnx.ModelProto):
+        proto = model
+        check_model_tensors(proto, limits)
+    else:
+        proto = load_model(model, limits=limits)
+    constants = _initializers(proto.graph, limits)
     inputs = [info for info in proto.graph.input if info.name not in constants]
     inputs = _pin_inputs(inputs, input_shapes or {})
     pinned = _pin_values(inputs, input_values or {})
     constants.update(pinned)
     inputs = [info for info in inputs if info.name not in pinned]
     nodes = _name_nodes(proto.graph.node)
-    folded = fold_constants(proto, nodes, constants, inputs)
+    folded = fold_constants(proto, nodes, constants, inputs, limits)
     if supported_ops is not None:
         _check_supported(folded.nodes, supported_ops)
-    return merge_duplicates(_build_graph(proto, [info.name for info in inputs], folded))
+    graph = _build_graph(proto, [info.name for info in inputs], folded)
+    _check_no_strings(graph)
+    return merge_duplicates(graph)
 
 
-def _initializers(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
-    """Dense and sparse initializers as read-only numpy arrays."""
+def _initializers(graph: onnx.GraphProto, limits: Limits) -> dict[str, np.ndarray]:
+    """Dense and sparse initializers as read-only numpy arrays, each checked against
+    ``limits`` before it is converted."""
     arrays = {}
     for tensor in graph.initializer:
+        check_tensor(tensor, limits, f"initializer {tensor.name!r}")
         arrays[tensor.name] = _tensor_array(tensor, tensor.name)
     for sparse in graph.sparse_initializer:
-        arrays[sparse.values.name] = _readonly(densify(sparse))
+        arrays[sparse.values.name] = _readonly(densify(sparse, limits))
     return arrays
+
+
+def _check_no_strings(graph: Graph) -> None:
+    """String tensors that reach a node or are graph inputs are refused: no lowering
+    handles them (string constants folded away, or returned as outputs, are fine)."""
+    users: dict[str, list[str]] = {v.name: ["graph input"] for v in graph.inputs}
+    for node in graph.nodes:
+        for name in [*node.inputs, *node.outputs]:
+            users.setdefault(name, []).append(f"{node.op_type} node {node.name!r}")
+    strings = [
+        name for name, value in graph.values.items() if value.dtype == "object" and name in users
+    ]
+    if not strings:
+        return
+    lines = [f"  tensor {name!r} ({', '.join(users[name])})" for name in strings[:8]]
+    raise ModelError(
+        f"polyonnx does not compile string tensors; the model has {len(strings)}:\n"
+        + "\n".join(lines)
+    )
 
 
 def _tensor_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:

@@ -213,6 +213,7 @@ def _axis(settings: Settings, n: int, scale: float, size: int, roi: tuple | None
         return Axis(size)
     if size == 0 or n == 0:
         return Axis(size, np.zeros((1, size), np.int64), None, (0, size))
+    _check_table(settings, size, scale)
     x, inside = _source_coordinates(settings.coordinates, size, scale, n, roi)
     rows = np.flatnonzero(inside)
     span = (int(rows[0]), int(rows[-1]) + 1) if rows.size else (0, 0)
@@ -223,7 +224,7 @@ def _axis(settings: Settings, n: int, scale: float, size: int, roi: tuple | None
         return Axis(size, np.clip(pick, 0, n - 1).astype(np.int64)[None, :], None, span)
     whole = x == np.floor(x)
     ratio = np.where(whole, 1.0, x - np.floor(x))
-    coeffs = np.stack([_coefficients(settings, float(r), scale) for r in ratio])
+    coeffs = _coefficients(settings, ratio.astype(np.float64), scale)
     taps = coeffs.shape[1]
     pad = math.ceil(taps / 2)
     padded = x + pad
@@ -276,44 +277,71 @@ def _source_coordinates(mode: str, size: int, scale: float, n: int, roi: tuple |
     return x, inside
 
 
-def _coefficients(settings: Settings, ratio: float, scale: float) -> np.ndarray:
-    """The filter taps for a source coordinate ``ratio`` past its left neighbour."""
+MAX_TABLE_ENTRIES = 1 << 24
+"""The most entries (output positions x taps) one axis's tables may hold: 128 MiB of int64
+indices and as much of float64 weights. Outputs within the load budget (docs/limits.md)
+that need more, a [1, 1, 2**31, 1] output or an antialiased shrink by 1e-6, are refused."""
+
+
+def _taps(settings: Settings, scale: float) -> int:
+    """How many taps each output position of an axis reads (the tables' height)."""
+    if settings.mode == "nearest" or (settings.mode == "linear" and not settings.antialias):
+        return 2
+    if not settings.antialias:
+        return 4
+    reach = 1 if settings.mode == "linear" else 2
+    start = math.floor(-reach / min(scale, 1.0)) + 1
+    return 2 - 2 * start
+
+
+def _check_table(settings: Settings, size: int, scale: float) -> None:
+    entries = size * _taps(settings, scale)
+    if entries > MAX_TABLE_ENTRIES:
+        raise LoweringError(
+            f"Resize: an axis resized to {size} (scale {scale}) needs a table of {entries} "
+            f"entries, over the limit of {MAX_TABLE_ENTRIES} (resize.MAX_TABLE_ENTRIES)"
+        )
+
+
+def _coefficients(settings: Settings, ratio: np.ndarray, scale: float) -> np.ndarray:
+    """The filter taps, one row per output position, for source coordinates ``ratio``
+    past their left neighbours (vectorised over the positions)."""
+    r = ratio[:, None]
     if settings.mode == "nearest":
-        if ratio == 1.0:
-            return np.array([0.0, 1.0])
         up = {
             "round_prefer_floor": ratio > 0.5,
             "round_prefer_ceil": ratio >= 0.5,
-            "floor": False,
-            "ceil": True,
-        }[settings.nearest]
-        return np.array([0.0, 1.0]) if up else np.array([1.0, 0.0])
+            "floor": np.zeros(ratio.shape, bool),
+            "ceil": np.ones(ratio.shape, bool),
+        }[settings.nearest] | (ratio == 1.0)
+        return np.stack([np.where(up, 0.0, 1.0), np.where(up, 1.0, 0.0)], axis=1)
     if settings.mode == "linear":
         if not settings.antialias:
-            return np.array([1 - ratio, ratio])
+            return np.concatenate([1 - r, r], axis=1)
         s = min(scale, 1.0)
         start = int(np.floor(-1 / s) + 1)
-        args = (np.arange(start, 2 - start) - ratio) * s
+        args = (np.arange(start, 2 - start)[None, :] - r) * s
         coeffs = np.clip(1 - np.abs(args), 0, 1)
-        return coeffs / coeffs.sum()
+        return coeffs / coeffs.sum(axis=1, keepdims=True)
     a = settings.cubic_a
     if not settings.antialias:
-        r, q = ratio, 1 - ratio
-        return np.array(
+        q = 1 - r
+        return np.concatenate(
             [
                 ((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
                 ((a + 2) * r - (a + 3)) * r * r + 1,
                 ((a + 2) * q - (a + 3)) * q * q + 1,
                 ((a * (q + 1) - 5 * a) * (q + 1) + 8 * a) * (q + 1) - 4 * a,
-            ]
+            ],
+            axis=1,
         )
     s = min(scale, 1.0)
     start = int(np.floor(-2 / s) + 1)
-    args = np.abs(s * (np.arange(start, 2 - start) - ratio))
+    args = np.abs(s * (np.arange(start, 2 - start)[None, :] - r))
     near = ((a + 2) * args - (a + 3)) * args * args + 1
     far = ((a * args - 5 * a) * args + 8 * a) * args - 4 * a
     coeffs = np.where(args <= 1, near, np.where(args < 2, far, 0.0))
-    return coeffs / coeffs.sum()
+    return coeffs / coeffs.sum(axis=1, keepdims=True)
 
 
 # ---- statements --------------------------------------------------------------------------
