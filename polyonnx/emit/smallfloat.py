@@ -257,9 +257,9 @@ def emit_encode(
 
     ONNX ``Cast`` semantics, as ``onnx.reference`` computes them:
 
-    * float kinds take ``half``/``float``/``double`` (scalar or vector).  ``double`` is
-      first rounded to float32 (ml_dtypes does the same, so the reference double-rounds);
-      then round to nearest even.  ``saturate`` matters only for the float8 types (ONNX's
+    * float kinds take ``half``/``float``/``double`` (scalar or vector), rounded once to
+      nearest even (``double`` through float32 rounded to odd), as ml_dtypes 0.7 does;
+      ``float8_e8m0fnu`` rounds ``double`` to float32 first, as its reference does.  ``saturate`` matters only for the float8 types (ONNX's
       ``saturate`` attribute): True clamps overflow and ±inf to ±max finite, False gives
       inf (e5m2) or NaN (e4m3fn; fnuz: 0x80).  float4/float6 always saturate; bfloat16
       overflows to inf.  NaN becomes the type's quiet NaN (sign kept where the type has a
@@ -269,8 +269,8 @@ def emit_encode(
       type reads ``round_mode``.
     * int kinds take an integer (any width: the low bits are kept, i.e. two's complement
       wrap-around, as ml_dtypes/numpy ``astype``) or a float (truncated toward zero, then
-      wrapped; NaN, ±inf and x outside (-2^31, 2^31 - 1] give 0, as ml_dtypes on
-      x86-64: ONNX leaves out-of-range float -> int casts undefined).  The result
+      0 where that is outside the type's range, as ml_dtypes 0.7 gives: ONNX leaves
+      out-of-range float -> int casts undefined).  The result
       byte holds the value bits only (``int4`` -3 is 0x0D, as numpy stores it).
       ``saturate`` does not apply.
     """
@@ -280,9 +280,11 @@ def emit_encode(
     ops = _Ops(builder, value)
     elem = _elem(value.type)
     if kind == "int":
-        return _encode_int(ops, value, _SMALL_INTS[dtype][0])
-    if isinstance(elem, ir.DoubleType):
-        value = builder.fptrunc(value, ops.ty(ir.FloatType()))
+        return _encode_int(ops, value, *_SMALL_INTS[dtype])
+    if isinstance(elem, ir.DoubleType) and dtype == "float8_e8m0fnu":
+        value = builder.fptrunc(value, ops.ty(ir.FloatType()))  # the reference rounds twice
+    elif isinstance(elem, ir.DoubleType):
+        value = to_float32_odd(ops, value)
     elif isinstance(elem, ir.HalfType):
         value = builder.fpext(value, ops.ty(ir.FloatType()))
     elif not isinstance(elem, ir.FloatType):
@@ -297,8 +299,9 @@ def emit_encode(
     return builder.trunc(out, ops.ty(ir.IntType(bits)))
 
 
-def _encode_int(ops: _Ops, value: ir.Value, nbits: int) -> ir.Value:
-    """Keep the low ``nbits`` (two's complement wrap-around, for both signednesses)."""
+def _encode_int(ops: _Ops, value: ir.Value, nbits: int, signed: bool) -> ir.Value:
+    """Keep the low ``nbits`` of an integer (two's complement wrap-around, for both
+    signednesses); a float is truncated, and 0 where that is outside the type's range."""
     b, elem = ops.b, _elem(value.type)
     i8, i32 = ir.IntType(8), ir.IntType(32)
     if isinstance(elem, ir.IntType):
@@ -319,11 +322,38 @@ def _encode_int(ops: _Ops, value: ir.Value, nbits: int) -> ir.Value:
             b.fcmp_ordered("<=", value, ops.k(elem, top)),
             b.fcmp_ordered(">", value, ops.k(elem, -(2.0**31))),
         )
-        safe = b.select(inside, value, ops.k(elem, 0.0))
-        byte = b.trunc(b.fptosi(safe, ops.ty(i32)), ops.ty(i8))
+        whole = b.fptosi(b.select(inside, value, ops.k(elem, 0.0)), ops.ty(i32))
+        byte = b.trunc(_zero_outside(ops, whole, nbits, signed), ops.ty(i8))
     else:
         raise CodegenError(f"cannot encode a {value.type} value as a small integer")
     return b.and_(byte, ops.k(i8, (1 << nbits) - 1))
+
+
+def to_float32_odd(ops: _Ops, x: ir.Value) -> ir.Value:
+    """float64 -> float32 rounded to odd: an inexact result is the odd one of the two
+    float32 values around ``x``. float32 keeps 8 bits more than any narrower type here, so
+    rounding it once more gives what one rounding of ``x`` would (as ml_dtypes 0.7 does)."""
+    b, zero = ops.b, ops.k(_elem(x.type), 0.0)
+    near = b.fptrunc(x, ops.ty(ir.FloatType()))  # to nearest even
+    back = b.fpext(near, x.type)
+    bits = ops.bits(near)
+    fix = b.and_(b.fcmp_ordered("!=", back, x), ops.cmp("==", ops.and_(bits, 1), 0))
+    # sign and magnitude: one step of the integer bits moves away from zero
+    away = b.fcmp_ordered(
+        "<", *(b.select(b.fcmp_ordered("<", v, zero), b.fneg(v), v) for v in (back, x))
+    )
+    return ops.float_of(b.select(fix, ops.add(bits, ops.sel(away, 1, -1)), bits))
+
+
+def _zero_outside(ops: _Ops, whole: ir.Value, nbits: int, signed: bool) -> ir.Value:
+    """``whole`` where it fits ``nbits`` (signed or not), else 0: ml_dtypes 0.7's result
+    for a float outside a small int type's range (ONNX leaves it undefined)."""
+    b, i32 = ops.b, ir.IntType(32)
+    low, high = (-(1 << (nbits - 1)), (1 << (nbits - 1)) - 1) if signed else (0, (1 << nbits) - 1)
+    fits = b.and_(
+        b.icmp_signed(">=", whole, ops.k(i32, low)), b.icmp_signed("<=", whole, ops.k(i32, high))
+    )
+    return b.select(fits, whole, ops.k(i32, 0))
 
 
 def _encode_bf16(ops: _Ops, u: ir.Value) -> ir.Value:
