@@ -2,12 +2,95 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
+from typing import Any, TypeVar
 
 import islpy as isl
 
 from polyonnx.krnl.ir import Access, Statement
+
+T = TypeVar("T")
+
+
+class CallbackGuard:
+    """Wraps the Python functions handed to isl as callbacks. islpy swallows an exception
+    raised in a callback and hands isl an error value, on which some isl calls crash (an
+    AST build's ``at_each_domain``): the guard catches it, stores it, answers isl with a
+    harmless value, and :func:`isl_callbacks` raises it once the isl call returned."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+
+    def wrap(self, fn: Callable[..., T], fallback: Callable[..., T]) -> Callable[..., T]:
+        """``fn``, or ``fallback`` (same arguments) once a call raised: isl then unwinds
+        through harmless answers without running more of our code."""
+
+        def call(*args: Any) -> T:
+            if self.error is None:
+                try:
+                    return fn(*args)
+                except BaseException as error:
+                    self.error = error
+            return fallback(*args)
+
+        return call
+
+    def each(self, fn: Callable[..., Any]) -> Callable[..., None]:
+        """A ``foreach_*`` callback: its answer is ignored, ``None`` goes on."""
+        return self.wrap(fn, _none)
+
+    def descend(self, fn: Callable[..., bool]) -> Callable[..., bool]:
+        """A ``foreach_descendant_*`` callback: after an error, descend no further."""
+        return self.wrap(fn, _false)
+
+    def node(self, fn: Callable[..., T]) -> Callable[..., T]:
+        """A callback that returns the node it is given (``at_each_domain``,
+        ``map_descendant_bottom_up``): after an error, the node unchanged."""
+        return self.wrap(fn, _first)
+
+
+def _none(*_: Any) -> None:
+    return None
+
+
+def _false(*_: Any) -> bool:
+    return False
+
+
+def _first(first: T, *_: Any) -> T:
+    return first
+
+
+@contextmanager
+def isl_callbacks(what: str) -> Iterator[CallbackGuard]:
+    """A guard for the callbacks of the isl calls in the block; an exception one of them
+    raised is raised again when the block ends (a PolyonnxError as it is, anything else
+    as the original, with a note naming ``what`` isl was doing)."""
+    guard = CallbackGuard()
+    try:
+        yield guard
+    except Exception:
+        if guard.error is None:
+            raise
+        _raise(guard.error, what)  # isl failed because our callback did: that is the news
+    if guard.error is not None:
+        _raise(guard.error, what)
+
+
+def _raise(error: BaseException, what: str) -> None:
+    error.add_note(f"(raised in an isl callback while {what})")
+    raise error
+
+
+def visit(obj: Any, method: str) -> list[tuple[Any, ...]]:
+    """The arguments of every call isl makes to the callback of ``obj.method`` (a
+    ``foreach_*`` method), in order: the objects a union or piecewise value holds."""
+    found: list[tuple[Any, ...]] = []
+    with isl_callbacks(method) as guard:
+        getattr(obj, method)(guard.each(lambda *args: found.append(args)))
+    return found
 
 
 @lru_cache(maxsize=4096)
@@ -18,9 +101,7 @@ def parse_set(text: str) -> isl.Set:
 @lru_cache(maxsize=8192)
 def tuple_names(union: isl.UnionSet) -> set[str]:
     """The statement names a union set (a schedule filter) holds points of."""
-    names: set[str] = set()
-    union.foreach_set(lambda part: names.add(part.get_tuple_name()))
-    return names
+    return {part.get_tuple_name() for (part,) in visit(union, "foreach_set")}
 
 
 @lru_cache(maxsize=8192)

@@ -7,12 +7,20 @@ plus the flat stride along each iterator (what vectorisation needs to know).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import islpy as isl
 
+from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import Access, Buffer, Statement, loads
-from polyonnx.krnl.islutil import dim_names, parse_access, row_major_strides
+from polyonnx.krnl.islutil import (
+    dim_names,
+    isl_callbacks,
+    parse_access,
+    parse_set,
+    row_major_strides,
+)
 from polyonnx.schedule.tree import KernelSchedule
 
 
@@ -45,7 +53,13 @@ class KernelAst:
     """The kernel's statements, in kernel order."""
 
 
+INDEX_LIMIT = 2**63 - 1
+"""The largest element count of a buffer and the largest loop bound: native code indexes
+with 64-bit signed integers."""
+
+
 def build_ast(schedule: KernelSchedule, buffers: dict[str, Buffer]) -> KernelAst:
+    _check_index_range(schedule.kernel.name, schedule.kernel.statements, buffers)
     stmts = {s.name: s for s in schedule.kernel.statements}
     instances: dict[str, Instance] = {}
 
@@ -69,10 +83,34 @@ def build_ast(schedule: KernelSchedule, buffers: dict[str, Buffer]) -> KernelAst
         instances[key] = Instance(stmt, accesses, dims)
         return node.set_annotation(isl.Id(key))
 
-    build = isl.AstBuild.from_context(isl.Set("{ : }"))
-    build, _callback = build.set_at_each_domain(at_each_domain)
-    root = build.node_from_schedule(schedule.isl_schedule())
+    with isl_callbacks(f"building the AST of kernel {schedule.kernel.name!r}") as guard:
+        build = isl.AstBuild.from_context(isl.Set("{ : }"))
+        build, _callback = build.set_at_each_domain(guard.node(at_each_domain))
+        root = build.node_from_schedule(schedule.isl_schedule())
     return KernelAst(root, instances, schedule.kernel.statements)
+
+
+def _check_index_range(kernel: str, statements, buffers: dict[str, Buffer]) -> None:
+    """Refuse, naming the kernel, what 64-bit index arithmetic cannot hold: a buffer of
+    more than INDEX_LIMIT elements, or a loop bound beyond it."""
+    for stmt in statements:
+        for acc in [stmt.write, *(ld.access for ld in loads(stmt.expr))]:
+            shape = buffers[acc.buffer].shape
+            if math.prod(max(int(n), 1) for n in shape) > INDEX_LIMIT:
+                raise CodegenError(
+                    f"kernel {kernel!r}: buffer {acc.buffer!r} of shape {list(shape)} has more "
+                    f"than 2**63 - 1 elements; its indices would overflow 64 bits"
+                )
+        domain = parse_set(stmt.domain)
+        if domain.is_empty():
+            continue
+        for d in range(domain.dim(isl.dim_type.set)):
+            for bound in (domain.dim_min_val(d), domain.dim_max_val(d)):
+                if not bound.is_int() or abs(int(bound.to_python())) > INDEX_LIMIT:
+                    raise CodegenError(
+                        f"kernel {kernel!r}: loop {domain.get_dim_name(isl.dim_type.set, d)} "
+                        f"of {stmt.name} reaches {bound}, beyond 64-bit indices"
+                    )
 
 
 def _index(build: isl.AstBuild, index, shape, iterators: list[str]) -> Index:

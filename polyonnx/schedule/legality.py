@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from polyonnx.krnl.islutil import named_access, parse_set
+from polyonnx.krnl.islutil import named_access, parse_set, visit
 from polyonnx.schedule.deps import describe_pair, violations
 from polyonnx.schedule.state import State, time_map
 
@@ -59,9 +59,7 @@ def _self_dependences(deps: isl.UnionMap, name: str) -> isl.Map:
 
 
 def _maps(umap: isl.UnionMap) -> list[isl.Map]:
-    found: list[isl.Map] = []
-    umap.foreach_map(lambda m: found.append(m.copy()))
-    return found
+    return [m for (m,) in visit(umap, "foreach_map")]
 
 
 def _differ_at(rank: int, position: int) -> isl.Map:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polyonnx.krnl.ir import Binary, Buffer, Cast, Const, Expr, Iter, Load, LoadAt, Select, Unary
+from polyonnx.krnl.islutil import isl_callbacks
 from polyonnx.schedule.astgen import Instance, KernelAst, build_ast
 from polyonnx.schedule.tree import KernelSchedule
 
@@ -95,7 +96,8 @@ class _Printer:
                 found.append(self.instance(n))
             return True
 
-        node.foreach_descendant_top_down(visit)
+        with isl_callbacks("listing the statements of an AST") as guard:
+            node.foreach_descendant_top_down(guard.descend(visit))
         return found
 
     def instance(self, node: isl.AstNode) -> Instance:

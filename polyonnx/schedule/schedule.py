@@ -15,6 +15,7 @@ leaves the schedule as it was.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from polyonnx.schedule.legality import broken_order
 from polyonnx.schedule.primitives import annotate, fuse
 from polyonnx.schedule.primitives.pack import pack as pack_buffer
 from polyonnx.schedule.primitives.reorder import reorder as reorder_loops
+from polyonnx.schedule.primitives.split import is_int
 from polyonnx.schedule.primitives.split import split as split_loop
 from polyonnx.schedule.state import State
 from polyonnx.schedule.tree import KernelSchedule
@@ -105,7 +107,7 @@ class Schedule:
     def tile(self, *loops: LoopArg, sizes: Sequence[int]) -> tuple[Loop, ...]:
         """Split each loop by its size, then order all outer loops before all inner ones."""
         names = [self._name(loop, "tile") for loop in loops]
-        if len(sizes) != len(names):
+        if not isinstance(sizes, list | tuple) or len(sizes) != len(names):
             raise ScheduleError(f"tile({', '.join(names)}): give one size per loop, got {sizes}")
         state, outers, inners = self.state, [], []
         for name, size in zip(names, sizes, strict=True):
@@ -130,6 +132,10 @@ class Schedule:
     def unroll(self, loop: LoopArg, factor: int | None = None) -> None:
         """Unroll fully, or by ``factor`` (split, then unroll the inner loop)."""
         name = self._name(loop, "unroll")
+        if factor is not None and (not is_int(factor) or factor < 1):
+            raise ScheduleError(
+                f"unroll({name}, {_shown(factor)}): the factor must be a positive int or None"
+            )
         state = self.state
         target = name
         if factor is not None:
@@ -175,7 +181,7 @@ class Schedule:
         scratch buffer, and inside a vectorized loop, which the copy would leave no longer
         innermost."""
         loop = self._name(at, "pack")
-        if buffer not in self.buffers:
+        if not isinstance(buffer, str) or buffer not in self.buffers:
             raise ScheduleError(
                 f"pack({buffer!r}, at={loop}): kernel {self.kernel.name!r} has no buffer {buffer!r}"
             )
@@ -188,6 +194,10 @@ class Schedule:
         of the statements before them, after that loop's inner loops, aligned to the
         iteration that produces or consumes their data."""
         target = self._name(loop, "compute_at")
+        if not isinstance(name, str):
+            raise ScheduleError(
+                f"compute_at({_shown(name)}, {target}): name a kernel or statement (a str)"
+            )
         prefix = re.sub(r"\W", "_", name) + "_"
         guests = [
             s.name for s in self.kernel.statements if s.name == name or s.name.startswith(prefix)
@@ -203,20 +213,21 @@ class Schedule:
     # ---- traces -------------------------------------------------------------------------
 
     def apply(self, trace: Sequence[Mapping[str, Any]]) -> None:
-        """Replay the steps of a trace (from ``s.trace``) on this schedule."""
-        for step in trace:
-            replay = REPLAY.get(step["primitive"])
-            if replay is None:
-                raise ScheduleError(
-                    f"unknown primitive {step['primitive']!r} in trace step {step}; "
-                    f"the primitives are {', '.join(REPLAY)}"
-                )
-            replay.call(self, step["args"])
+        """Replay the steps of a trace (from ``s.trace``) on this schedule; a malformed
+        step raises ScheduleError naming it (the steps before it stay applied)."""
+        for position, step in enumerate(trace_steps(trace)):
+            primitive, args = step_call(step, position)
+            REPLAY[primitive].call(self, args, f"trace step {position} ({primitive})")
 
     # ---- internals ----------------------------------------------------------------------
 
     def _name(self, loop: LoopArg, primitive: str) -> str:
-        name = loop.name if isinstance(loop, Loop) else str(loop)
+        if not isinstance(loop, Loop | str):
+            raise ScheduleError(
+                f"{primitive}: a loop is a Loop or a loop name (str), given "
+                f"{type(loop).__name__} {_shown(loop)}"
+            )
+        name = loop.name if isinstance(loop, Loop) else loop
         if name not in self.state.loop_names():
             known = ", ".join(self.state.loop_names())
             raise ScheduleError(
@@ -270,16 +281,88 @@ class Replay:
     method: Callable[..., object]
     spread: str | None = None
 
-    def call(self, schedule: Schedule, args: Mapping[str, Any]) -> None:
-        named = dict(args)
-        if self.spread is None:
-            self.method(schedule, **named)
-            return
-        spread = named.pop(self.spread)
-        if isinstance(spread, Mapping):
-            self.method(schedule, **named, **spread)
-        else:
-            self.method(schedule, *spread, **named)
+    def call(self, schedule: Schedule, args: Mapping[str, Any], where: str) -> None:
+        """Call the primitive with ``args``; ScheduleError naming ``where`` (the step) if
+        they do not fit its parameters."""
+        named, positional = dict(args), ()
+        if self.spread is not None:
+            if self.spread not in named:
+                raise ScheduleError(f"{where}: its args need {self.spread!r}; given {_shown(args)}")
+            spread = named.pop(self.spread)
+            if self.spread == "params":
+                if not isinstance(spread, Mapping) or not all(isinstance(k, str) for k in spread):
+                    raise ScheduleError(
+                        f"{where}: {self.spread!r} must be a mapping of names to values, "
+                        f"given {_shown(spread)}"
+                    )
+                named.update(spread)
+            elif isinstance(spread, list | tuple):
+                positional = tuple(spread)
+            else:
+                raise ScheduleError(
+                    f"{where}: {self.spread!r} must be a list of loop names, given {_shown(spread)}"
+                )
+        try:
+            inspect.signature(self.method).bind(schedule, *positional, **named)
+        except TypeError as error:
+            wanted = [p for p in inspect.signature(self.method).parameters if p != "self"]
+            raise ScheduleError(
+                f"{where}: {error}; its args are {', '.join(wanted)}, given {_shown(args)}"
+            ) from None
+        self.method(schedule, *positional, **named)
+
+
+def trace_steps(trace: object) -> list[Mapping[str, Any]]:
+    """The steps of a trace, each checked to be a mapping; ScheduleError otherwise."""
+    if isinstance(trace, str | bytes | Mapping) or not isinstance(trace, Sequence):
+        raise ScheduleError(
+            f"a trace is a list of steps (mappings with kernel, primitive and args), given "
+            f"{type(trace).__name__} {_shown(trace)}"
+        )
+    for position, step in enumerate(trace):
+        if not isinstance(step, Mapping):
+            raise ScheduleError(
+                f"trace step {position} must be a mapping with kernel, primitive and args, "
+                f"given {type(step).__name__} {_shown(step)}"
+            )
+    return list(trace)
+
+
+def step_call(step: Mapping[str, Any], position: int) -> tuple[str, Mapping[str, Any]]:
+    """A step's primitive (one REPLAY knows) and its args (a mapping with str keys)."""
+    primitive = step.get("primitive")
+    if not isinstance(primitive, str) or primitive not in REPLAY:
+        raise ScheduleError(
+            f"trace step {position}: unknown primitive {_shown(primitive)} in {_shown(step)}; "
+            f"the primitives are {', '.join(REPLAY)}"
+        )
+    args = step.get("args")
+    if not isinstance(args, Mapping) or not all(isinstance(k, str) for k in args):
+        raise ScheduleError(
+            f"trace step {position} ({primitive}): 'args' must be a mapping of argument "
+            f"names to values, given {_shown(args)}"
+        )
+    return primitive, args
+
+
+def step_kernel(step: Mapping[str, Any], position: int) -> list[str]:
+    """The kernel names a step's 'kernel' holds (joined by '+' for fused kernels)."""
+    kernel = step.get("kernel")
+    if not isinstance(kernel, str) or not kernel:
+        raise ScheduleError(
+            f"trace step {position}: 'kernel' must name a kernel (a str), given "
+            f"{_shown(kernel)} in {_shown(step)}"
+        )
+    return kernel.split("+")
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, cut short: a hostile trace may hold anything."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 REPLAY: Mapping[str, Replay] = MappingProxyType(

@@ -1,8 +1,8 @@
 """The state a schedule script edits, and its translation into an isl schedule tree.
 
 Each statement has a nest: its loops, outermost first, each an affine expression over the
-statement's domain dims (``i``; after a split by 32, ``floor(i/32)`` and
-``i - 32*floor(i/32)``). A loop is named, and a name stands for that loop in every
+statement's domain dims (``i``; after a split by 32, ``floor((i)/32)`` and
+``(i) mod 32``). A loop is named, and a name stands for that loop in every
 statement that has it, so splitting ``i`` in a MatMul splits it in the init and in the
 update. Marks (vectorize, unroll, parallel) attach to loop names.
 """
@@ -26,6 +26,11 @@ TRANSPOSE = "transpose"
 """On a tile's outer loop: the tile is transposed in registers
 (schedule/heuristics/transpose.py)."""
 MARKS = (VECTORIZE, UNROLL, PARALLEL)
+MAX_LOOPS = 32
+"""The deepest nest a split may make (tile and unroll by a factor split too). Each step
+checks its legality on isl maps with one dim a loop, at a cost that grows with the cube
+of the depth or so: past this, a step would take seconds, and no useful schedule is that
+deep (a rank-8 tensor tiled twice has 24 loops)."""
 
 
 @dataclass(frozen=True)

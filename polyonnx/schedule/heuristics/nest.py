@@ -30,6 +30,13 @@ masked store (AVX2's masked stores are slow on Zen 3) in the Winograd output tra
 (docs/measurements.md, 'Strided stores along a SIMD loop')."""
 
 
+MAX_COALESCED = 4
+"""The most dims of extent 2 or more merged into one loop. isl rebuilds each dim's value
+from the merged loop's (its AST's call arguments, our access indices), and that inverse
+grows some 3x per merged dim, and faster for dims of 2: a Relu over [2]*10, all merged,
+never finished compiling. Four dims cover an NCHW tensor; dims of extent 1 cost nothing."""
+
+
 def loop_nest(stmt: Statement, buffers: Mapping[str, Buffer], keep: str | None = None) -> LoopNest:
     """The default nest of ``stmt``; the dim ``keep``, if given, stays a loop of its own."""
     names = dim_names(stmt)
@@ -57,7 +64,7 @@ def loop_nest(stmt: Statement, buffers: Mapping[str, Buffer], keep: str | None =
 
 def _coalesced(stmt: Statement, buffers, order: list[int], sizes: list[int], keep) -> LoopNest:
     """``order`` with the innermost loops that every access walks contiguously merged
-    into one (a box domain only)."""
+    into one (a box domain only), at most MAX_COALESCED of them longer than 1."""
     names = dim_names(stmt)
     accesses = [stmt.write, *(ld.access for ld in loads(stmt.expr))]
     strides = [
@@ -66,6 +73,7 @@ def _coalesced(stmt: Statement, buffers, order: list[int], sizes: list[int], kee
     ]
     inner = order[-1]
     expr, span, merged = names[inner], sizes[inner], 1
+    wide = int(sizes[inner] > 1)
     if _is_box(stmt):
         for p in reversed(order[:-1]):
             if names[p] == keep or not all(
@@ -73,9 +81,12 @@ def _coalesced(stmt: Statement, buffers, order: list[int], sizes: list[int], kee
                 for s in strides
             ):
                 break
+            if sizes[p] > 1 and wide == MAX_COALESCED:
+                break
             expr = f"{span}*{names[p]} + {expr}"
             span *= sizes[p]
             merged += 1
+            wide += int(sizes[p] > 1)
     loops = [names[p] for p in order[: len(order) - merged]] + [expr]
     return LoopNest(tuple(loops), span >= MIN_VECTOR_EXTENT)
 

@@ -27,6 +27,7 @@ from polyonnx.schedule.heuristics.gemm_defaults import (
 from polyonnx.schedule.heuristics.nest import loop_name, loop_nest
 from polyonnx.schedule.legality import broken_order
 from polyonnx.schedule.primitives import annotate
+from polyonnx.schedule.primitives.split import is_int
 from polyonnx.schedule.state import Nest, State, Var
 from polyonnx.schedule.tree import KernelSchedule
 
@@ -90,6 +91,7 @@ def ukernel_state(
     unknown = set(given) - {f.name for f in fields(Params)}
     if unknown:
         raise ScheduleError(f"ukernel: unknown parameters {sorted(unknown)}")
+    _check_types(given)
     registers = registers or vector_registers(lanes)
     params = replace(default_params(geo, lanes, registers), **given)
     _check(params, lanes, geo)
@@ -97,6 +99,23 @@ def ukernel_state(
     if result is None:
         raise ScheduleError(f"ukernel: the GEMM order would break a dependence of {stmt.name}")
     return result
+
+
+def _check_types(given: Mapping[str, object]) -> None:
+    """Each given parameter of the type its field has (an int, not a bool; split a str)."""
+    for name, value in given.items():
+        wanted = str if name == "split" else int
+        if not (isinstance(value, str) if wanted is str else is_int(value)):
+            raise ScheduleError(
+                f"ukernel: {name} must be {'a str' if wanted is str else 'an int'}, given "
+                f"{type(value).__name__} {value!r:.80}"
+            )
+        if wanted is int and not 0 <= value <= MAX_PARAM:
+            raise ScheduleError(f"ukernel: {name}={value} is out of range 0..{MAX_PARAM}")
+
+
+MAX_PARAM = 1 << 20
+"""No ukernel parameter is larger (a block of 1M rows or columns is far past any cache)."""
 
 
 def _check(params: Params, lanes: int, geo: Geometry) -> None:

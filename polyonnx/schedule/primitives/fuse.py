@@ -37,7 +37,7 @@ from polyonnx.krnl.ir import (
     map_loads,
     renamed,
 )
-from polyonnx.krnl.islutil import dim_names, named_access, parse_access
+from polyonnx.krnl.islutil import dim_names, named_access, parse_access, visit
 from polyonnx.schedule.state import Nest, State, Var, time_map
 
 
@@ -222,9 +222,7 @@ def _through(ld: Load, to_producer: isl.Map, reader: Statement) -> Load:
     seen = isl.PwMultiAff.from_map(to_producer.apply_range(index))
     if seen.n_piece() != 1:
         raise ScheduleError(f"cannot inline into {reader.name}: not one affine access")
-    found: list[isl.MultiAff] = []
-    seen.foreach_piece(lambda _, piece: found.append(piece.copy()))
-    multi = found[0]
+    multi = visit(seen, "foreach_piece")[0][1]
     return dataclasses.replace(ld, access=Access(ld.access.buffer, _anonymous_range(str(multi))))
 
 

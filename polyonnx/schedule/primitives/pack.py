@@ -21,7 +21,7 @@ import islpy as isl
 
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Access, Buffer, Expr, Kernel, Load, Statement, loads, map_loads
-from polyonnx.krnl.islutil import named_access, parse_access
+from polyonnx.krnl.islutil import named_access, parse_access, visit
 from polyonnx.schedule.state import Nest, State, Var, time_map
 
 
@@ -117,8 +117,7 @@ def _reroute(
         isl.PwMultiAff.from_map(prefix)
     )
     moved = read.sub(shift)
-    pieces: list[isl.MultiAff] = []
-    moved.foreach_piece(lambda _, piece: pieces.append(piece.copy()))
+    pieces = [piece for _, piece in visit(moved, "foreach_piece")]
     if len(pieces) != 1:
         raise ScheduleError(f"pack: the packed index of {consumer.name} is not one affine map")
     index = re.sub(r"-> \w+\[", "-> [", str(pieces[0]))
@@ -130,8 +129,7 @@ def _reroute(
 
 
 def _expression(pma: isl.PwMultiAff, prefix: str) -> str:
-    pieces: list[isl.MultiAff] = []
-    pma.foreach_piece(lambda _, piece: pieces.append(piece.copy()))
+    pieces = [piece for _, piece in visit(pma, "foreach_piece")]
     if len(pieces) != 1:
         raise ScheduleError(
             "pack: the tile's offset is not one affine expression of the outer loops"
