@@ -1,0 +1,1 @@
+"""The fuzz suite: seeded damaged and adversarial models and inputs (docs/fuzzing.md)."""
