@@ -235,7 +235,7 @@ _ARITHMETIC = {
     "Add": lambda x, y: x + y,
     "Sub": lambda x, y: x - y,
     "Mul": lambda x, y: x * y,
-    "Div": lambda x, y: int(x / y),
+    "Div": lambda x, y: None if y == 0 else abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1),
 }
 
 
@@ -248,7 +248,10 @@ def _raise(problems: Sequence[str]) -> None:
         return
     shown = "\n  ".join(problems[:8])
     more = f"\n  and {len(problems) - 8} more" if len(problems) > 8 else ""
-    raise ModelError(f"the model exceeds the size budget:\n  {shown}{more}")
+    heading = "the model exceeds the size budget"
+    if all("not an ONNX tensor type" in p for p in problems):
+        heading = "the model has tensors of unknown types"
+    raise ModelError(f"{heading}:\n  {shown}{more}")
 
 
 def _describe(name: str, node: onnx.NodeProto | None) -> str:
