@@ -1,6 +1,7 @@
 """polyonnx: a polyhedral loop-optimising compiler for ONNX models."""
 
 from polyonnx.errors import (
+    ArgumentError,
     CodegenError,
     InputError,
     LoweringError,
@@ -8,6 +9,7 @@ from polyonnx.errors import (
     PolyonnxError,
     RunError,
     ScheduleError,
+    TargetError,
     TuningError,
     UnsupportedOpError,
 )
@@ -18,6 +20,7 @@ from polyonnx.schedule.schedule import Loop, Schedule
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArgumentError",
     "CodegenError",
     "InferenceSession",
     "InputError",
@@ -29,6 +32,7 @@ __all__ = [
     "RunError",
     "Schedule",
     "ScheduleError",
+    "TargetError",
     "TuningError",
     "UnsupportedOpError",
     "__version__",

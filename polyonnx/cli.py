@@ -13,6 +13,7 @@ polyonnx dashboard [--history DIR] [-o DIR]
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -20,23 +21,89 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from polyonnx.errors import PolyonnxError
+from polyonnx.errors import ArgumentError, PolyonnxError
+from polyonnx.runtime.arguments import MAX_THREADS
 
 if TYPE_CHECKING:
     from polyonnx.runtime.compiled import KernelProfile
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    """The exit code: 0, 2 for a bad argument or a PolyonnxError (one line on stderr, no
+    traceback), 130 on Ctrl-C. Any other exception is a bug and keeps its traceback."""
     try:
+        try:
+            args = _parser().parse_args(argv)
+        except SystemExit as exc:  # argparse has printed usage and the error (or --help)
+            return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 2
         return args.handler(args)
-    except PolyonnxError as exc:
-        print(f"polyonnx: error: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    except (PolyonnxError, FileNotFoundError) as exc:
+        print(f"polyonnx: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
-    except FileNotFoundError as exc:
-        print(f"polyonnx: error: {exc}", file=sys.stderr)
-        return 2
+
+
+def _one_line(text: str) -> str:
+    """A multi-line message (an UnsupportedOpError's list) as one line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return "".join(lines)
+    return f"{lines[0]} {'; '.join(lines[1:])}"
+
+
+def positive_int(text: str) -> int:
+    """argparse's type of counts (--repeat, --runs, --top)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def thread_arg(text: str) -> int:
+    """argparse's type of --threads: a positive integer, at most MAX_THREADS."""
+    value = positive_int(text)
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_THREADS} threads, got {text!r}")
+    return value
+
+
+def seed_int(text: str) -> int:
+    """argparse's type of --seed: numpy takes non-negative seeds only."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def shape_arg(text: str) -> tuple[str, list[int]]:
+    """argparse's type of --shape NAME=D0,D1,... (non-negative int dims; NAME= is rank 0)."""
+    name, sep, dims = text.partition("=")
+    try:
+        shape = [int(d) for d in dims.split(",")] if dims else []
+    except ValueError:
+        shape = None
+    if not sep or not name or shape is None or any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=D0,D1,... with non-negative integer dims, got {text!r}"
+        )
+    return name, shape
+
+
+def input_arg(text: str) -> tuple[str, str]:
+    """argparse's type of --input NAME=FILE.npy: the file must exist."""
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=FILE.npy, got {text!r}")
+    if not os.path.isfile(path):
+        raise argparse.ArgumentTypeError(f"no such file {path!r} (in {text!r})")
+    return name, path
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,15 +112,17 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="compile a model, run it, and report outputs and latency")
     run.add_argument("model")
-    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
     run.add_argument(
-        "--shape", action="append", default=[], metavar="NAME=D0,D1,...",
+        "--input", action="append", default=[], metavar="NAME=FILE.npy", type=input_arg
+    )
+    run.add_argument(
+        "--shape", action="append", default=[], metavar="NAME=D0,D1,...", type=shape_arg,
         help="concrete shape for an input with symbolic dims",
     )  # fmt: skip
     run.add_argument("--compare-ort", action="store_true", help="compare outputs with onnxruntime")
-    run.add_argument("--repeat", type=int, default=20, help="timed runs (median reported)")
-    run.add_argument("--threads", type=int, default=None)
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--repeat", type=positive_int, default=20, help="timed runs (median reported)")
+    run.add_argument("--threads", type=thread_arg, default=None)
+    run.add_argument("--seed", type=seed_int, default=0)
     run.add_argument(
         "--db", help="tuning records to use (default: polyonnx-tuning.db next to the model)"
     )
@@ -70,12 +139,14 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--target", help="LLVM triple, e.g. aarch64-linux-gnu (default: host)")
     build.add_argument("--cpu", help="CPU to tune code for, e.g. neoverse-n1, haswell, x86-64")
     build.add_argument(
-        "--threads", type=int, default=None,
+        "--threads", type=thread_arg, default=None,
         help="threads the tuning records are for, and NAME_open(0)'s default",
     )  # fmt: skip
     build.add_argument("--db", help="tuning records (default: polyonnx-tuning.db by the model)")
     build.add_argument("--no-tuning", action="store_true", help="default schedules only")
-    build.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    build.add_argument(
+        "--shape", action="append", default=[], metavar="NAME=D0,D1,...", type=shape_arg
+    )
     build.set_defaults(handler=cmd_compile)
 
     cache = sub.add_parser("cache", help="the compile cache: info, or clear it")
@@ -86,19 +157,27 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("model")
     show.add_argument("--kernel", help="only this kernel (an ONNX node name)")
     show.add_argument("--llvm", action="store_true", help="also print the optimised LLVM IR")
-    show.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    show.add_argument(
+        "--shape", action="append", default=[], metavar="NAME=D0,D1,...", type=shape_arg
+    )
     show.set_defaults(handler=cmd_show)
 
     profile = sub.add_parser(
         "profile", help="time every kernel of a model and print the slowest first"
     )
     profile.add_argument("model")
-    profile.add_argument("--threads", type=int, default=None)
-    profile.add_argument("--runs", type=int, default=10, help="timed runs (after one warm-up)")
-    profile.add_argument("--top", type=int, default=20, help="show the K slowest kernels")
-    profile.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
-    profile.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
-    profile.add_argument("--seed", type=int, default=0)
+    profile.add_argument("--threads", type=thread_arg, default=None)
+    profile.add_argument(
+        "--runs", type=positive_int, default=10, help="timed runs (after one warm-up)"
+    )
+    profile.add_argument("--top", type=positive_int, default=20, help="show the K slowest kernels")
+    profile.add_argument(
+        "--input", action="append", default=[], metavar="NAME=FILE.npy", type=input_arg
+    )
+    profile.add_argument(
+        "--shape", action="append", default=[], metavar="NAME=D0,D1,...", type=shape_arg
+    )
+    profile.add_argument("--seed", type=seed_int, default=0)
     profile.set_defaults(handler=cmd_profile)
 
     from polyonnx.bench.cli import add_commands as add_bench_commands
@@ -170,6 +249,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     target = make_target(args.target, args.cpu)
+    _output_directory(args.output)
     threads = args.threads or 1
     tuning = _tuning_db(args)
     records = None if tuning is False else load_records(tuning, threads)
@@ -188,13 +268,27 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _shapes(args: argparse.Namespace) -> dict[str, list[int]]:
-    """--shape NAME=D0,D1,... given, by input name."""
-    pairs = (_pair(text, "--shape") for text in args.shape)
+def _output_directory(path: str) -> None:
+    """Create -o DIR, or say why it cannot be (a file is there, no permission)."""
     try:
-        return {name: [int(d) for d in dims.split(",") if d] for name, dims in pairs}
-    except ValueError as exc:
-        raise PolyonnxError(f"--shape takes NAME=D0,D1,... with integer dims: {exc}") from exc
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ArgumentError(f"-o {path!r}: cannot create the directory: {exc}") from None
+
+
+def _shapes(args: argparse.Namespace) -> dict[str, list[int]]:
+    """--shape NAME=D0,D1,... given (parsed by shape_arg), by input name."""
+    return _by_name(args.shape, "--shape")
+
+
+def _by_name(pairs: Sequence[tuple[str, object]], flag: str) -> dict:
+    """``pairs`` as a dict; an input named twice is an error, not the last one winning."""
+    found: dict = {}
+    for name, value in pairs:
+        if name in found:
+            raise ArgumentError(f"{flag} names input {name!r} twice")
+        found[name] = value
+    return found
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -237,29 +331,59 @@ def _tuning_db(args: argparse.Namespace):
     return str(path) if path.exists() else None
 
 
+MAX_RANDOM_BYTES = 2**31
+"""The largest random input the CLI makes for an input without --input: past it, the
+user surely mistyped a --shape (a file given with --input has no cap)."""
+
+
 def _inputs(session, args: argparse.Namespace) -> dict[str, np.ndarray]:
-    given = dict(_pair(text, "--input") for text in args.input)
+    """--input files, and random arrays for the other inputs (of --shape's shape, else the
+    declared one with symbolic dims 1), checked against the model before any is made."""
+    given = _by_name(args.input, "--input")
     shapes = _shapes(args)
+    known = [arg.name for arg in session.get_inputs()]
+    for flag, names in (("--input", given), ("--shape", shapes)):
+        unknown = sorted(set(names) - set(known))
+        if unknown:
+            raise ArgumentError(f"{flag} names {unknown}, which are not inputs of {known}")
     rng = np.random.default_rng(args.seed)
     feed = {}
     for arg in session.get_inputs():
         if arg.name in given:
-            feed[arg.name] = np.load(given[arg.name])
+            feed[arg.name] = _load_array(arg.name, given[arg.name])
             continue
-        shape = shapes.get(arg.name) or [d if isinstance(d, int) else 1 for d in arg.shape]
-        dtype = session.input_values[arg.name].dtype
-        feed[arg.name] = _random(rng, dtype, shape)
-    unknown = set(given) - set(feed)
-    if unknown:
-        raise PolyonnxError(f"--input names {sorted(unknown)} are not inputs of the model")
+        value = session.input_values[arg.name]
+        shape = shapes.get(arg.name)
+        if shape is None:
+            shape = [d if isinstance(d, int) else 1 for d in arg.shape]
+        _check_random_shape(value, shape)
+        feed[arg.name] = _random(rng, value.dtype, shape)
     return feed
 
 
-def _pair(text: str, flag: str) -> tuple[str, str]:
-    name, sep, value = text.partition("=")
-    if not sep:
-        raise PolyonnxError(f"{flag} takes NAME=VALUE, got {text!r}")
-    return name, value
+def _load_array(name: str, path: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise ArgumentError(f"--input {name}={path}: not a readable .npy array: {exc}") from None
+
+
+def _check_random_shape(value, shape: list[int]) -> None:
+    """--shape's shape against the declared one (rank, static dims) and MAX_RANDOM_BYTES."""
+    declared = list(value.shape)
+    if len(shape) != len(declared) or any(
+        isinstance(d, int) and d != s for d, s in zip(declared, shape, strict=True)
+    ):
+        raise ArgumentError(
+            f"--shape {value.name}={','.join(map(str, shape))} does not fit the input's "
+            f"declared shape {declared}"
+        )
+    nbytes = np.dtype(value.dtype).itemsize * int(np.prod(shape, dtype=object))
+    if nbytes > MAX_RANDOM_BYTES:
+        raise ArgumentError(
+            f"input {value.name!r} of shape {shape} would be {nbytes / 2**30:.1f} GiB of random "
+            f"data (at most {MAX_RANDOM_BYTES / 2**30:.0f} GiB); give it with --input FILE.npy"
+        )
 
 
 def _random(rng: np.random.Generator, dtype: str, shape: list[int]) -> np.ndarray:
@@ -279,8 +403,12 @@ def _onnxruntime(model: str, feed: dict[str, np.ndarray], threads: int | None):
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
-    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    return session.run(None, feed), lambda: session.run(None, feed)
+    try:
+        session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        outputs = session.run(None, feed)
+    except Exception as exc:  # onnxruntime refuses what polyonnx ran: report, not crash
+        raise PolyonnxError(f"--compare-ort: onnxruntime could not run the model: {exc}") from exc
+    return outputs, lambda: session.run(None, feed)
 
 
 def _error_text(got: np.ndarray, want: np.ndarray) -> str:
@@ -322,8 +450,6 @@ PROFILE_COLUMNS = ("#", "kernel", "op", "ms/run", "% model", "GFLOP/s")
 def cmd_profile(args: argparse.Namespace) -> int:
     from polyonnx.inference import InferenceSession
 
-    if args.runs < 1 or args.top < 1:
-        raise PolyonnxError("--runs and --top must be at least 1")
     start = time.perf_counter()
     session = InferenceSession(args.model, threads=args.threads, profile=True)
     feed = _inputs(session, args)

@@ -49,6 +49,12 @@ class InputError(PolyonnxError, ValueError):
     """An input given to a session has the wrong name, dtype, rank or shape."""
 
 
+class ArgumentError(PolyonnxError, TypeError, ValueError):
+    """An argument of a public entry point (other than the model and run-time inputs) has
+    the wrong type or value. It is a TypeError and a ValueError too, so code that catches
+    what Python's own checks raise still catches it."""
+
+
 class RunError(PolyonnxError, RuntimeError):
     """Native code met a bad value at run time: an index out of range, an integer division
     by zero. The message names the node, its op and the value; no output is returned."""
@@ -68,3 +74,17 @@ class TuningError(PolyonnxError):
 
 class TargetError(PolyonnxError):
     """The target triple or CPU is unknown to LLVM or not one polyonnx generates code for."""
+
+
+def describe(value: object) -> str:
+    """``value`` as an error message shows what was given: its type and a short repr."""
+    if value is None:
+        return "None"
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not hide the error being reported
+        text = object.__repr__(value)
+    text = " ".join(text.split())  # an array's repr spans lines
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"

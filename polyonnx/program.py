@@ -19,16 +19,18 @@ from typing import Any
 
 import onnx
 
-from polyonnx.errors import ScheduleError
+from polyonnx.errors import ArgumentError, ModelError, ScheduleError, describe
 from polyonnx.frontend.graph import Graph
+from polyonnx.frontend.limits import Limits
 from polyonnx.frontend.load import load_graph
 from polyonnx.krnl.ir import Kernel
 from polyonnx.krnl.ir import Program as Lowered
 from polyonnx.krnl.lower import lower, supported_ops
+from polyonnx.runtime import arguments
 from polyonnx.runtime.compiled import optimize
 from polyonnx.schedule.heuristics.default import default_schedule
 from polyonnx.schedule.primitives import fuse
-from polyonnx.schedule.schedule import Schedule
+from polyonnx.schedule.schedule import REPLAY, Schedule, step_call, step_kernel, trace_steps
 from polyonnx.schedule.tree import KernelSchedule
 
 
@@ -46,6 +48,8 @@ class Program:
         """The Schedule of kernel ``name`` (created on first use, from the original loop
         order), or with several names, one Schedule over those consecutive kernels, whose
         statements ``compute_at`` can then fuse."""
+        if not names or not all(isinstance(n, str) for n in names):
+            raise ScheduleError(f"schedule() takes kernel names (str), given {names!r:.200}")
         key = "+".join(names)
         if key not in self._schedules:
             order = [k.name for k in self.lowered.kernels]
@@ -69,9 +73,13 @@ class Program:
         return self._schedules[key]
 
     def apply(self, trace: Sequence[Mapping[str, Any]]) -> None:
-        """Replay trace steps (each names its kernel, or kernels joined by '+')."""
-        for step in trace:
-            self.schedule(*step["kernel"].split("+")).apply([step])
+        """Replay trace steps (each names its kernel, or kernels joined by '+'); a
+        malformed step raises ScheduleError naming it (the steps before it stay applied)."""
+        for position, step in enumerate(trace_steps(trace)):
+            names = step_kernel(step, position)
+            primitive, args = step_call(step, position)
+            schedule = self.schedule(*names)
+            REPLAY[primitive].call(schedule, args, f"trace step {position} ({primitive})")
 
     @property
     def trace(self) -> list[dict[str, Any]]:
@@ -127,9 +135,19 @@ class Program:
 def load(
     model: str | os.PathLike | bytes | onnx.ModelProto,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    *,
+    limits: Limits | None = None,
 ) -> Program:
-    """Load and lower a model (symbolic input dims need ``input_shapes``)."""
-    graph = load_graph(model, supported_ops=supported_ops(), input_shapes=input_shapes)
+    """Load and lower a model (symbolic input dims need ``input_shapes``: input name ->
+    dims; ``limits``: the size budget, docs/limits.md). A bad model raises ModelError, bad
+    ``input_shapes`` InputError."""
+    if isinstance(model, Program):
+        raise ModelError("polyonnx.load takes an ONNX model, and this is a loaded Program")
+    arguments.model_argument(model)
+    shapes = arguments.input_shapes(input_shapes)
+    if limits is not None and not isinstance(limits, Limits):
+        raise ArgumentError(f"limits must be a Limits (docs/limits.md), given {describe(limits)}")
+    graph = load_graph(model, supported_ops=supported_ops(), input_shapes=shapes, limits=limits)
     if not graph.is_static:
         dynamic = {v.name: list(v.shape) for v in graph.inputs if not v.is_static}
         raise ScheduleError(f"inputs with symbolic dims need input_shapes: {dynamic}")

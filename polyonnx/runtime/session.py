@@ -28,10 +28,18 @@ import numpy as np
 import onnx
 
 from polyonnx.aligned import ALIGN
-from polyonnx.errors import InputError, PolyonnxError, ValueRequiredError
+from polyonnx.errors import (
+    ArgumentError,
+    InputError,
+    PolyonnxError,
+    ValueRequiredError,
+    describe,
+)
 from polyonnx.frontend.graph import Dim, Graph, Value
+from polyonnx.frontend.limits import Limits
 from polyonnx.frontend.load import load_graph, load_model, model_digest
 from polyonnx.krnl.lower import supported_ops
+from polyonnx.runtime.arguments import flag, model_argument, path_option, thread_count
 from polyonnx.runtime.cache import CompileCache, cache_key, enabled_by_default
 from polyonnx.runtime.compiled import (
     CompiledModel,
@@ -59,13 +67,6 @@ def node_arg(value: Value) -> NodeArg:
     names polyonnx or shape inference made up for them)."""
     shape = [None if _made_up(d) else d for d in value.shape]
     return NodeArg(value.name, shape, f"tensor({ORT_TYPES.get(value.dtype, value.dtype)})")
-
-
-def thread_count(threads: int | None) -> int:
-    """``threads``, checked, or one per core."""
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be a positive int, got {threads!r}")
-    return threads or os.cpu_count() or 1
 
 
 class ScheduleRecords(Protocol):
@@ -100,6 +101,7 @@ class InferenceSession:
         profile: bool = False,
         records: ScheduleRecords | None = None,
         cache: bool | str | os.PathLike | None = None,
+        limits: Limits | None = None,
     ):
         """``model``: an ONNX model (path, bytes or proto), a ``polyonnx.Program``, or a
         library written by ``polyonnx compile`` (``.../libNAME.so``: loaded, not compiled).
@@ -109,11 +111,17 @@ class InferenceSession:
         ``tuning_db``). This layer runs what it is handed and imports no tuner.
         ``cache``: keep compiled code on disk and load it instead of compiling again
         (runtime/cache.py): True, False, or the cache's directory; by default on unless
-        POLYONNX_CACHE=off."""
+        POLYONNX_CACHE=off. ``limits``: the size budget the model must fit in
+        (docs/limits.md; by default Limits.from_env()). Every argument is checked first:
+        a bad model raises ModelError, any other bad argument ArgumentError."""
+        model_argument(model)
         self.threads = thread_count(threads)
-        self._target = target
+        self._target = _checked_target(target)
+        self.profiling = flag("profile", profile)
+        records = _checked_records(records)
+        cache = path_option("cache", cache, directory=True)
+        self._limits = _checked_limits(limits)
         self._inputs: dict[str, tuple[Value, np.dtype, tuple | None]] | None = None
-        self.profiling = bool(profile)
         self._compiled: dict[tuple, CompiledModel | LibraryModel] = {}
         self._last: CompiledModel | LibraryModel | None = None
         """The specialisation that ran last (whose profile ``kernel_profile`` reads)."""
@@ -127,8 +135,9 @@ class InferenceSession:
         self._digest: str | None = None
         if is_library(model):
             if self.profiling:
-                raise PolyonnxError(
-                    "a compiled library has no kernel timers: profile the .onnx model instead"
+                raise ArgumentError(
+                    "profile=True: a compiled library has no kernel timers; profile the .onnx "
+                    "model instead"
                 )
             self._open_library(model)
             return
@@ -141,9 +150,13 @@ class InferenceSession:
             self._compiled[self._key({})] = compiled
             return
         self._cache = _compile_cache(cache)
-        self._model = load_model(model)
+        self._model = load_model(model, limits=self._limits)
         self._source = model if isinstance(model, str | os.PathLike) else self._model
-        self._set_graph(load_graph(self._model, supported_ops=supported_ops(), checked=True))
+        self._set_graph(
+            load_graph(
+                self._model, supported_ops=supported_ops(), checked=True, limits=self._limits
+            )
+        )
         if self._static:
             try:
                 self._keep({}, self._compile(self.graph, {}))
@@ -200,6 +213,7 @@ class InferenceSession:
             input_shapes={name: tuple(array.shape) for name, array in feed.items()},
             input_values={name: feed[name] for name in self._value_inputs},
             checked=True,
+            limits=self._limits,
         )
 
     def _cache_key(self, feed: Mapping[str, np.ndarray], offsets: Mapping[str, int]) -> str:
@@ -238,18 +252,37 @@ class InferenceSession:
         input_feed: Mapping[str, np.ndarray],
         run_options: object = None,
     ) -> list[np.ndarray]:
+        """The outputs named in ``output_names`` (None or empty: all, in the model's order)
+        for ``input_feed``, a mapping of every input's name to a numpy array. Bad names or
+        arrays raise InputError (see :meth:`validate`); ``run_options`` is None or an
+        onnxruntime RunOptions, accepted for onnxruntime's sake and not used."""
+        names = self._names(output_names)
+        if run_options is not None and type(run_options).__name__ != "RunOptions":
+            raise ArgumentError(
+                f"run_options must be None or an onnxruntime RunOptions, "
+                f"given {describe(run_options)}"
+            )
         feed = self.validate(input_feed)
-        known = self._output_names
-        names = list(output_names) if output_names else known
-        if output_names:
-            unknown = [n for n in names if n not in known]
-            if unknown:
-                raise InputError(
-                    f"unknown output name(s) {unknown}; the model's outputs are {known}"
-                )
-        self._last = self.compiled_for(feed)
+        self._last = self._specialisation(feed)
         results = self._last.run(feed)
         return [results[n] for n in names]
+
+    def _names(self, output_names: object) -> list[str]:
+        """``output_names`` checked: None or a list or tuple of the model's output names."""
+        known = self._output_names
+        if output_names is None:
+            return known
+        if not isinstance(output_names, list | tuple):
+            raise InputError(
+                f"output_names must be None or a list of output names (of {known}), "
+                f"given {describe(output_names)}"
+            )
+        if not output_names:
+            return known
+        unknown = [n for n in output_names if not isinstance(n, str) or n not in known]
+        if unknown:
+            raise InputError(f"unknown output name(s) {unknown}; the model's outputs are {known}")
+        return list(output_names)
 
     # -- polyonnx ------------------------------------------------------------------------
 
@@ -258,9 +291,13 @@ class InferenceSession:
         """Each input's name, shape and dtype (numpy's name), as the model declares it."""
         return {v.name: v for v in self._ports[0]}
 
-    def compiled_for(self, feed: Mapping[str, np.ndarray]) -> CompiledModel:
+    def compiled_for(self, input_feed: Mapping[str, np.ndarray]) -> CompiledModel:
         """The native code for these input shapes (and values of value inputs), compiled on
-        first use and cached."""
+        first use and cached; ``input_feed`` is checked as :meth:`run` checks it."""
+        return self._specialisation(self.validate(input_feed))
+
+    def _specialisation(self, feed: Mapping[str, np.ndarray]) -> CompiledModel:
+        """:meth:`compiled_for` of a feed :meth:`validate` returned."""
         key = self._key(feed)
         while key not in self._compiled:
             try:
@@ -285,7 +322,7 @@ class InferenceSession:
                 "this session does not profile; create it with InferenceSession(..., profile=True)"
             )
         if input_feed is not None:
-            return self.compiled_for(self.validate(input_feed)).kernel_profile()
+            return self.compiled_for(input_feed).kernel_profile()
         compiled = self._last or next(iter(self._compiled.values()), None)
         if compiled is None:
             raise PolyonnxError("nothing has been compiled yet: run the session first")
@@ -338,7 +375,18 @@ class InferenceSession:
         return [v.name for v in self._ports[1]]
 
     def validate(self, input_feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Check every input against the model; return C-contiguous arrays."""
+        """Check every input against the model; return C-contiguous arrays in native byte
+        order (wherever their data starts: krnl/ops/matmul.py's INPUT_OFFSET). ``input_feed``
+        maps every input's name (a str) to a numpy array (numpy scalars count as rank-0
+        arrays). Anything else is refused with InputError: lists too, which onnxruntime
+        converts to the input's dtype silently (1.7 becomes 1 in an int64 input). A
+        non-native byte order is converted (onnxruntime reads the bytes as native: wrong
+        values)."""
+        if type(input_feed) is not dict and not isinstance(input_feed, Mapping):
+            raise InputError(
+                f"input_feed must be a dict of input name -> numpy array (inputs "
+                f"{list(self._expected())}), given {describe(input_feed)}"
+            )
         expected = self._expected()
         if len(input_feed) == len(expected):  # the usual case, checked in a few ns an input
             feed = {}
@@ -354,28 +402,77 @@ class InferenceSession:
                 feed[name] = given
             else:
                 return feed
-        unknown = [n for n in input_feed if n not in expected]
-        if unknown:
-            raise InputError(
-                f"unknown input name(s) {unknown}; the model's inputs are {list(expected)}"
-            )
-        missing = [n for n in expected if n not in input_feed]
-        if missing:
-            raise InputError(f"missing input(s) {missing}; the model's inputs are {list(expected)}")
+        _check_names(input_feed, list(expected))
         feed: dict[str, np.ndarray] = {}
         symbols: dict[str, tuple[str, int]] = {}
         for name, (value, dtype, static) in expected.items():
-            given = input_feed[name]
-            if not isinstance(given, np.ndarray):
-                given = np.asarray(given)
-            if given.dtype != dtype:
-                raise InputError(
-                    f"input {name!r}: expected dtype {value.dtype}, given {given.dtype.name}"
-                )
+            given = _array(name, input_feed[name], value.dtype, dtype)
             if given.shape != static:
                 _check_shape(name, value.shape, given.shape, symbols)
             feed[name] = given if given.flags.c_contiguous else np.ascontiguousarray(given)
         return feed
+
+
+def _check_names(input_feed: Mapping, expected: list[str]) -> None:
+    """Every key a str naming an input, and every input given: InputError naming all that
+    is wrong, not just the first."""
+    keys = list(input_feed)
+    odd = [k for k in keys if not isinstance(k, str)]
+    if odd:
+        raise InputError(
+            f"input names must be str, given {', '.join(describe(k) for k in odd[:5])}; "
+            f"the model's inputs are {expected}"
+        )
+    unknown = [k for k in keys if k not in expected]
+    missing = [n for n in expected if n not in input_feed]
+    problems = [f"unknown input name(s) {unknown}"] if unknown else []
+    problems += [f"missing input(s) {missing}"] if missing else []
+    if problems:
+        raise InputError(f"{' and '.join(problems)}; the model's inputs are {expected}")
+
+
+def _array(name: str, given: object, declared: str, dtype: np.dtype) -> np.ndarray:
+    """``given`` as an ndarray of ``dtype`` in native byte order, or InputError."""
+    if not isinstance(given, np.ndarray | np.generic):
+        raise InputError(
+            f"input {name!r}: expected a numpy.ndarray of {declared} (np.asarray(value, "
+            f"np.{declared}) makes one), given {describe(given)}"
+        )
+    given = np.asarray(given)
+    if given.dtype == dtype:
+        return given
+    if not given.dtype.isnative and given.dtype.newbyteorder("=") == dtype:
+        return given.astype(dtype)  # the same values, in the byte order native code reads
+    raise InputError(f"input {name!r}: expected dtype {declared}, given {given.dtype.name}")
+
+
+def _checked_target(target: object) -> Target | None:
+    if target is not None and not isinstance(target, Target):
+        raise ArgumentError(
+            "target must be a polyonnx.target.Target (polyonnx.target.make_target(triple, "
+            f"cpu)) or None for the host, given {describe(target)}"
+        )
+    return target
+
+
+def _checked_limits(limits: object) -> Limits | None:
+    if limits is not None and not isinstance(limits, Limits):
+        raise ArgumentError(
+            "limits must be a polyonnx.frontend.limits.Limits (docs/limits.md) or None, "
+            f"given {describe(limits)}"
+        )
+    return limits
+
+
+def _checked_records(records: object) -> ScheduleRecords | None:
+    if records is not None and not all(
+        callable(getattr(records, name, None)) for name in ("schedules", "fingerprint")
+    ):
+        raise ArgumentError(
+            f"records must be tuning records (tune/apply.py's Records) or None, "
+            f"given {describe(records)}"
+        )
+    return records
 
 
 def _is_program(model: object) -> bool:
