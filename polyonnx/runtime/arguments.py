@@ -4,6 +4,7 @@ fails with an error naming it, what was expected and what was given, never deep 
 
 from __future__ import annotations
 
+import argparse
 import operator
 import os
 from collections.abc import Mapping
@@ -125,3 +126,50 @@ def input_shapes(shapes: object) -> dict[str, list[int]] | None:
 
 def _is_dim(dim: object) -> bool:
     return isinstance(dim, int | np.integer) and not isinstance(dim, bool) and dim >= 0
+
+
+# argparse types of the command lines (polyonnx/cli.py, tune/cli.py)
+
+
+def positive_int(text: str) -> int:
+    """argparse's type of counts (--repeat, --runs, --top)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def thread_arg(text: str) -> int:
+    """argparse's type of --threads: a positive integer, at most MAX_THREADS."""
+    value = positive_int(text)
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_THREADS} threads, got {text!r}")
+    return value
+
+
+def seed_int(text: str) -> int:
+    """argparse's type of --seed: numpy takes non-negative seeds only."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def shape_arg(text: str) -> tuple[str, list[int]]:
+    """argparse's type of --shape NAME=D0,D1,... (non-negative int dims; NAME= is rank 0)."""
+    name, sep, dims = text.partition("=")
+    try:
+        shape = [int(d) for d in dims.split(",")] if dims else []
+    except ValueError:
+        shape = None
+    if not sep or not name or shape is None or any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=D0,D1,... with non-negative integer dims, got {text!r}"
+        )
+    return name, shape

@@ -27,6 +27,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from polyonnx.errors import PolyonnxError
+from polyonnx.runtime.arguments import positive_int, seed_int, shape_arg, thread_arg
 from polyonnx.tune.db import Database, default_path
 from polyonnx.tune.session import Options, Result, TaskProgress, tune
 
@@ -43,16 +44,22 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("model", help="the .onnx model, or 'export' / 'import'")
     parser.add_argument("file", nargs="?", help="export: the model; import: the .jsonl file")
     parser.add_argument("--budget", default="10m", help="time budget: 90s, 10m, 1h (10m)")
-    parser.add_argument("--trials", type=int, default=None, help="stop after N trials")
+    parser.add_argument("--trials", type=positive_int, default=None, help="stop after N trials")
     parser.add_argument(
         "--db", default=None, help="the tuning database (polyonnx-tuning.db next to the model)"
     )
-    parser.add_argument("--threads", type=int, default=0, help="threads to tune for (all cores)")
-    parser.add_argument("--jobs", type=int, default=1, help="candidates built and timed at once")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate")
-    parser.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    parser.add_argument(
+        "--threads", type=thread_arg, default=0, help="threads to tune for (all cores)"
+    )
+    parser.add_argument(
+        "--jobs", type=positive_int, default=1, help="candidates built and timed at once"
+    )
+    parser.add_argument("--timeout", type=_seconds, default=60.0, help="seconds per candidate")
+    parser.add_argument(
+        "--shape", type=shape_arg, action="append", default=[], metavar="NAME=D0,D1,..."
+    )
     parser.add_argument("--no-ort", action="store_true", help="do not time onnxruntime")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument(
         "--resume", action=argparse.BooleanOptionalAction, default=True,
         help="continue from the trials in the database (default); --no-resume searches "
@@ -76,7 +83,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         threads=args.threads,
         jobs=args.jobs,
         db=args.db,
-        shapes=_shapes(args.shape) or None,
+        shapes=dict(args.shape) or None,
         timeout_s=args.timeout,
         seed=args.seed,
         resume=args.resume,
@@ -124,14 +131,15 @@ def parse_budget(text: str) -> float:
     return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
 
 
-def _shapes(items: list[str]) -> dict[str, list[int]]:
-    shapes = {}
-    for item in items:
-        name, sep, dims = item.partition("=")
-        if not sep:
-            raise PolyonnxError(f"--shape takes NAME=D0,D1,..., got {item!r}")
-        shapes[name] = [int(d) for d in dims.split(",") if d]
-    return shapes
+def _seconds(text: str) -> float:
+    """argparse's type of --timeout: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def _ms(seconds: float | None) -> str:

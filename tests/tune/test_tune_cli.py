@@ -99,3 +99,25 @@ def test_export_and_import(model_path, tmp_path, capsys):
 def test_bad_budget_is_refused(model_path, capsys):
     assert main(["tune", model_path, "--budget", "soon"]) == 2
     assert "--budget takes a time" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--shape", "x=a"],
+        ["--shape", "x"],
+        ["--jobs", "0"],
+        ["--trials", "-1"],
+        ["--timeout", "-1"],
+        ["--timeout", "nan"],
+        ["--threads", "-1"],
+        ["--seed", "-3"],
+    ],
+)
+def test_bad_options_are_refused_before_tuning(model_path, tmp_path, capsys, option):
+    db_path = str(tmp_path / "t.db")
+    assert main(["tune", model_path, "--db", db_path, "--no-ort", *option]) == 2
+    err = capsys.readouterr().err
+    assert f"argument {option[0]}" in err
+    assert "Traceback" not in err
+    assert not os.path.exists(db_path)  # nothing was tuned
