@@ -1,10 +1,12 @@
 """What the native entry ``polyonnx_main(ptr slots)`` of a compiled model expects, as data.
 
 The entry takes one array of pointers (slots): the model's inputs, computed outputs and
-constants, then the arena for intermediates. An :class:`EntryAbi` names every slot and the
-model's ports (inputs and outputs in ONNX order, with dtype and shape), so that code which
-never saw the Program — a shared library's C API, a session loaded from the compile cache —
-can fill the slots and check what a caller passes. It is plain data, saved as JSON.
+constants, then the arena for intermediates, then the error record (``int64 [site,
+value]``, zero before a run; a failed run-time check writes it, see :class:`CheckInfo`).
+An :class:`EntryAbi` names every slot and the model's ports (inputs and outputs in ONNX
+order, with dtype and shape), so that code which never saw the Program — a shared
+library's C API, a session loaded from the compile cache — can fill the slots and check
+what a caller passes. It is plain data, saved as JSON.
 """
 
 from __future__ import annotations
@@ -53,6 +55,18 @@ class KernelInfo:
 
 
 @dataclass(frozen=True)
+class CheckInfo:
+    """A run-time check of the model's code: the site number native code records when it
+    fails, and the error message, with ``{value}`` for the value it recorded."""
+
+    site: int
+    message: str
+
+    def text(self, value: int) -> str:
+        return self.message.replace("{value}", str(value))
+
+
+@dataclass(frozen=True)
 class EntryAbi:
     """The slots of a compiled model's entry and its ports."""
 
@@ -66,10 +80,23 @@ class EntryAbi:
     """Per call site of the entry, in call order."""
     input_offsets: tuple[tuple[str, int], ...] = ()
     """Inputs whose code is laid out for a start this many bytes past a cache line."""
+    checks: tuple[CheckInfo, ...] = ()
+    """Every run-time check of the code, by site number."""
+
+    @property
+    def error_slot(self) -> int:
+        return self.arena_slot + 1
 
     @property
     def slot_count(self) -> int:
-        return self.arena_slot + 1
+        return self.arena_slot + 2
+
+    def failure(self, site: int, value: int) -> str:
+        """The message of the check ``site`` that failed on ``value``."""
+        for check in self.checks:
+            if check.site == site:
+                return check.text(value)
+        return f"run-time check {site} failed on the value {value}"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -85,6 +112,7 @@ class EntryAbi:
             arena_bytes=int(data["arena_bytes"]),
             kernels=tuple(KernelInfo(**k) for k in data["kernels"]),
             input_offsets=tuple((str(n), int(o)) for n, o in data["input_offsets"]),
+            checks=tuple(CheckInfo(int(c["site"]), str(c["message"])) for c in data["checks"]),
         )
 
 

@@ -158,6 +158,9 @@ def c_source(abi: EntryAbi, name: str, header_text: str, settings: Settings) -> 
         "PNAME_OUTPUTS": len(abi.outputs),
         "PNAME_CONSTANTS": len(abi.constant_slots),
         "PNAME_SLOTS": abi.slot_count,
+        "PNAME_ARENA_SLOT": abi.arena_slot,
+        "PNAME_ERROR_SLOT": abi.error_slot,
+        "PNAME_CHECKS": len(abi.checks),
         "PNAME_ARENA_BYTES": f"{abi.arena_bytes}ULL",
         "PNAME_DEFAULT_THREADS": settings.default_threads,
         "PNAME_WEIGHTS_FILE": int(settings.to_file),
@@ -194,8 +197,21 @@ def _tables(abi: EntryAbi, offsets: list[int]) -> list[str]:
         _array("const int", "output_copy_index", [index for _, _, index in copies]),
         _array("const int", "constant_slots", [slot for slot, _ in abi.constant_slots]),
         _array("const uint64_t", "constant_offsets", [f"{o}ULL" for o in offsets]),
+        *_check_tables(abi),
     ]
     return lines
+
+
+def _check_tables(abi: EntryAbi) -> list[str]:
+    """Per run-time check: its site number, its message split where the value goes, and
+    whether it shows the value."""
+    parts = [(*c.message.split("{value}", 1), "")[:2] for c in abi.checks]
+    return [
+        _array("const int64_t", "check_sites", [f"{c.site}LL" for c in abi.checks]),
+        _array("const int", "check_shows", [int("{value}" in c.message) for c in abi.checks]),
+        _array("const char *const", "check_before", [_c_string(p[0]) for p in parts]),
+        _array("const char *const", "check_after", [_c_string(p[1]) for p in parts]),
+    ]
 
 
 def _output_copies(abi: EntryAbi) -> list[tuple[int, int, int]]:

@@ -21,6 +21,7 @@ from polyonnx.emit import ops, smallfloat, threads, transpose
 from polyonnx.emit.llvmtypes import (
     I64,
     PTR,
+    call_overloaded,
     constant,
     intrinsic,
     mangle,
@@ -36,6 +37,7 @@ from polyonnx.krnl.ir import (
     Binary,
     Buffer,
     Cast,
+    Checked,
     Const,
     Expr,
     Iter,
@@ -43,6 +45,7 @@ from polyonnx.krnl.ir import (
     LoadAt,
     Select,
     Unary,
+    checks,
     children,
     loads,
     reduce_identity,
@@ -56,6 +59,9 @@ from polyonnx.schedule.tree import VECTORIZE, KernelSchedule
 
 Env = dict[str, ir.Value]
 I32 = ir.IntType(32)
+ERRORS = "\0errors"
+"""The key of the error record's pointer among a kernel's buffer pointers: the last
+parameter of a kernel with run-time checks (see :func:`has_checks`)."""
 ROLLED_STEPS = 8
 """A loop of steps of INTERLEAVE vectors with at least this many steps (or an unknown
 count) is marked for LLVM not to unroll it. Unrolled whole, a Softmax row's sum over 1024
@@ -88,10 +94,14 @@ def emit_kernel(
     schedule: KernelSchedule,
     buffers: Mapping[str, Buffer],
     width: int,
+    *,
+    checks: bool = True,
 ) -> ir.Function:
     """Define ``void name(ptr noalias %buf...)`` with one pointer per buffer the kernel uses,
-    in ``schedule.buffers()`` order."""
-    names = schedule.buffers()
+    in ``schedule.buffers()`` order, then, for a kernel with run-time checks, the error
+    record's (``i64 [site, value]``, written only when a check fails). Without ``checks``
+    a Checked is its value alone: no test, no record."""
+    names = (*schedule.buffers(), *((ERRORS,) if has_checks(schedule, checks) else ()))
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * len(names)), name)
     for arg, buf in zip(fn.args, names, strict=True):
         arg.add_attribute("noalias")
@@ -100,9 +110,16 @@ def emit_kernel(
     ast = build_ast(schedule, dict(buffers))
     walker = _KernelWalker(builder, ast, dict(zip(names, fn.args, strict=True)), buffers, width)
     walker.panels = dict(schedule.panels)
+    walker.checks = checks
     walker.node(ast.root, {})
     builder.ret_void()
     return fn
+
+
+def has_checks(schedule: KernelSchedule, enabled: bool = True) -> bool:
+    """Whether the kernel's code checks values at run time (``enabled``, and a Checked in
+    a statement): then it takes the error record's pointer after its buffers'."""
+    return enabled and any(checks(stmt.expr) for stmt in schedule.kernel.statements)
 
 
 class _KernelWalker:
@@ -114,6 +131,10 @@ class _KernelWalker:
         self.width = width
         self.panels: dict[str, str] = {}
         """B -> its panel copy (KernelSchedule.panels)."""
+        self.checked: dict[Checked, ir.Value] = {}
+        """The checks of the statement being evaluated, emitted (see :meth:`check`)."""
+        self.checks = True
+        """Whether a Checked is tested, or only its value emitted."""
 
     # ---- AST nodes ------------------------------------------------------------------
 
@@ -234,6 +255,7 @@ class _KernelWalker:
         env = {name: a for (name, _), a in zip(free[count:], core.args[count:-2], strict=True)}
         inner = _KernelWalker(cb, self.ast, pointers, self.buffers, self.width)
         inner.panels = self.panels
+        inner.checks = self.checks
         inner.loop(node, env, core.args[-2], last=core.args[-1])
         cb.ret_void()
 
@@ -407,7 +429,7 @@ class _KernelWalker:
             for inst in users:
                 self.store(inst, inner, lanes)
         else:
-            value = self.value(reducing.stmt.expr, reducing, inner, lanes)
+            value = self.evaluate(reducing.stmt.expr, reducing, inner, lanes)
             acc.add_incoming(ops.combine(self.b, op, acc, value, dtype), self.b.block)
         it.add_incoming(self.b.add(it, ir.Constant(I64, width)), self.b.block)
         back = self.b.branch(header)
@@ -478,7 +500,7 @@ class _KernelWalker:
     def store(self, inst: Instance, env: Env, lanes: Lanes | None) -> None:
         stmt = inst.stmt
         dtype = self.buffers[stmt.write.buffer].dtype
-        value = self.value(stmt.expr, inst, env, lanes)
+        value = self.evaluate(stmt.expr, inst, env, lanes)
         if stmt.reduce is not None:
             value = ops.combine(
                 self.b, stmt.reduce, self.load(inst, stmt.write, dtype, env, lanes), value, dtype
@@ -502,12 +524,21 @@ class _KernelWalker:
                 with self.b.if_then(self.b.icmp_signed("<", ir.Constant(I64, lane), lanes.count)):
                     self._store_scalar(address, element, dtype)
 
+    def evaluate(self, expr: Expr, inst: Instance, env: Env, lanes: Lanes | None) -> ir.Value:
+        """A statement's expression at one point (or one vector of points)."""
+        self.checked = {}
+        return self.value(expr, inst, env, lanes)
+
     def value(self, expr: Expr, inst: Instance, env: Env, lanes: Lanes | None) -> ir.Value:
         width = lanes.width if lanes else 1
         if isinstance(expr, Load):
             return self.load(inst, expr.access, expr.dtype, env, lanes)
         if isinstance(expr, LoadAt):
             return self.gather(expr, inst, env, lanes)
+        if isinstance(expr, Checked) and not self.checks:
+            return self.value(expr.x, inst, env, lanes)
+        if isinstance(expr, Checked):
+            return self.check(expr, inst, env, lanes)
         if isinstance(expr, Const):
             return constant(expr.dtype, expr.value, width)
         if isinstance(expr, Iter):
@@ -558,6 +589,32 @@ class _KernelWalker:
             address = self.b.gep(pointer, [at], inbounds=True, source_etype=etype)
             values.append(self._load_scalar(address, expr.dtype))
         return _gather_vector(self.b, values)
+
+    def check(self, expr: Checked, inst: Instance, env: Env, lanes: Lanes | None) -> ir.Value:
+        """``expr.x``, after one test of ``expr.ok`` over every (active) lane and a rarely
+        taken branch that records the site and the first failing lane's value; once per
+        evaluation of a statement, however often the check occurs in it (a wrapped index
+        uses its value twice), since code after the branch is dominated by it."""
+        if expr in self.checked:
+            return self.checked[expr]
+        x = self.checked[expr] = self.value(expr.x, inst, env, lanes)
+        bad = self.b.not_(self.value(expr.ok, inst, env, lanes))
+        if lanes is not None and lanes.mask is not None:
+            bad = self.b.and_(bad, lanes.mask)
+        wide = ops.cast(self.b, x, expr.x.dtype, "int64")
+        width = lanes.width if lanes else 1
+        if width == 1:
+            failed = bad
+        else:
+            bits = self.b.bitcast(bad, ir.IntType(width))
+            failed = self.b.icmp_unsigned("!=", bits, ir.Constant(ir.IntType(width), 0))
+        with self.b.if_then(failed, likely=False):
+            if width > 1:
+                first = call_overloaded(self.b, "cttz", [bits, ir.Constant(ir.IntType(1), 1)])
+                lane = self.b.zext(first, I64) if width < 64 else first
+                wide = self.b.extract_element(wide, lane)
+            _record(self.b, self.pointers[ERRORS], expr.site.id, wide)
+        return x
 
     def iterator(self, index: Index, env: Env, lanes: Lanes | None) -> ir.Value:
         base = self.expr(index.exprs[0], env)
@@ -657,6 +714,15 @@ class _KernelWalker:
             return env[e.get_id().get_name()]
         args = [e.op_get_arg(i) for i in range(e.op_get_n_arg())]
         return _ast_op(self.b, e.op_get_type(), [self.expr(a, env) for a in args])
+
+
+def _record(b: ir.IRBuilder, errors: ir.Value, site: int, value: ir.Value) -> None:
+    """Claim the error record for ``site`` if no check of this run has (a compare and
+    exchange: lanes of the thread pool may fail at once), then write ``value`` beside it."""
+    zero = ir.Constant(I64, 0)
+    old = b.cmpxchg(errors, zero, ir.Constant(I64, site), "monotonic", "monotonic")
+    with b.if_then(b.extract_value(old, 1)):
+        b.store(value, b.gep(errors, [ir.Constant(I64, 1)], inbounds=True, source_etype=I64))
 
 
 def _reducing(users: list[Instance], name: str) -> Instance | None:

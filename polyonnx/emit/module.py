@@ -2,6 +2,10 @@
 ``void polyonnx_main(ptr %slots)``, that calls the kernels in order with pointers
 computed from the slot array and arena offsets.
 
+A kernel with run-time checks (krnl/ir.py's Checked) also gets the error record, an
+``i64 [site, value]`` the caller zeroes before each run, whose pointer is in the slot
+``errors``: after such a kernel the entry returns at once if a check failed.
+
 A profiling build (``profile=True``) also reads CLOCK_MONOTONIC (libc's
 ``clock_gettime``) before the first kernel call and after every one, and adds each
 kernel call's elapsed nanoseconds and one call to the module global
@@ -20,7 +24,7 @@ from functools import cache
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from polyonnx.emit.codegen import emit_kernel
+from polyonnx.emit.codegen import emit_kernel, has_checks
 from polyonnx.emit.llvmtypes import I64, PTR
 from polyonnx.emit.threads import THREADS_GLOBAL
 from polyonnx.krnl.canon import structural_key
@@ -46,6 +50,8 @@ class KernelJob:
 
     symbol: str
     schedule: KernelSchedule
+    checks: bool = True
+    """Whether its code makes the kernel's run-time checks (krnl/ir.py's Checked)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,7 @@ class ModulePlan:
 
 
 def kernel_jobs(
-    schedules: Sequence[KernelSchedule], buffers: Mapping[str, Buffer]
+    schedules: Sequence[KernelSchedule], buffers: Mapping[str, Buffer], checks: bool = True
 ) -> tuple[list[KernelJob], list[str]]:
     """One job per structurally distinct kernel (same statements, shapes, dtypes and
     schedule; other tensors: one function), and per kernel the symbol it calls."""
@@ -69,7 +75,7 @@ def kernel_jobs(
     for i, s in enumerate(schedules):
         key = structural_key(s.kernel, buffers, s.tree + f"panels{len(s.panels)}")
         if key not in first:
-            first[key] = KernelJob(kernel_symbol(i, s.kernel.name), s)
+            first[key] = KernelJob(kernel_symbol(i, s.kernel.name), s, checks)
         symbols.append(first[key].symbol)
     return list(first.values()), symbols
 
@@ -81,22 +87,28 @@ def plan_modules(
     target: Target,
     *,
     profile: bool = False,
+    errors: int | None = None,
+    checks: bool = True,
 ) -> ModulePlan:
-    """``places`` maps each buffer to (slot index, byte offset). The kernels' modules are
-    made from the jobs by :func:`kernel_module`, anywhere (emit/objects.py compiles them
-    in parallel). With ``profile``, the entry times every kernel call into
+    """``places`` maps each buffer to (slot index, byte offset); ``errors`` is the slot of
+    the error record (None: a private one, for code that is only read); without
+    ``checks`` the code makes no run-time checks. The kernels'
+    modules are made from the jobs by :func:`kernel_module`, anywhere (emit/objects.py
+    compiles them in parallel). With ``profile``, the entry times every kernel call into
     :data:`PROFILE_GLOBAL` (the JIT then needs :func:`register_profile_symbols`)."""
-    jobs, symbols = kernel_jobs(schedules, buffers)
+    jobs, symbols = kernel_jobs(schedules, buffers, checks)
     module = _new_module("polyonnx", target)
     threads = ir.GlobalVariable(module, I32, THREADS_GLOBAL)
     threads.initializer = ir.Constant(I32, 1)
-    signature = {job.symbol: len(job.schedule.buffers()) for job in jobs}
+    signature = {
+        job.symbol: len(job.schedule.buffers()) + has_checks(job.schedule, checks) for job in jobs
+    }
     functions = {
         name: ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * count), name)
         for name, count in signature.items()
     }
     calls = [functions[symbol] for symbol in symbols]
-    _define_entry(module, schedules, calls, places, profile)
+    _define_entry(module, schedules, calls, places, _Entry(profile, errors, checks))
     return ModulePlan(module, tuple(jobs), tuple(symbols))
 
 
@@ -104,7 +116,7 @@ def kernel_module(job: KernelJob, buffers: Mapping[str, Buffer], target: Target)
     """The module of one kernel function: every other symbol it defines is internal, and
     THREADS_GLOBAL is the entry module's."""
     module = _new_module(job.symbol, target)
-    emit_kernel(module, job.symbol, job.schedule, buffers, target.lanes(4))
+    emit_kernel(module, job.symbol, job.schedule, buffers, target.lanes(4), checks=job.checks)
     for value in module.globals.values():
         if value.name == job.symbol or _declaration(value):
             continue
@@ -122,15 +134,21 @@ def emit_module(
     target: Target,
     *,
     profile: bool = False,
+    errors: int | None = None,
+    checks: bool = True,
 ) -> tuple[ir.Module, list[str]]:
     """The whole model in one module, for reading its IR (the tests, ``polyonnx show``);
     compiling uses :func:`plan_modules`. Returns the module and, per kernel, the symbol
     of the function it calls."""
-    jobs, symbols = kernel_jobs(schedules, buffers)
+    jobs, symbols = kernel_jobs(schedules, buffers, checks)
     module = _new_module("polyonnx", target)
     width = target.lanes(4)
-    functions = {j.symbol: emit_kernel(module, j.symbol, j.schedule, buffers, width) for j in jobs}
-    _define_entry(module, schedules, [functions[s] for s in symbols], places, profile)
+    functions = {
+        j.symbol: emit_kernel(module, j.symbol, j.schedule, buffers, width, checks=checks)
+        for j in jobs
+    }
+    calls = [functions[s] for s in symbols]
+    _define_entry(module, schedules, calls, places, _Entry(profile, errors, checks))
     return module, symbols
 
 
@@ -147,37 +165,73 @@ def _declaration(value: ir.GlobalValue) -> bool:
     return isinstance(value, ir.GlobalVariable) and value.initializer is None
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """How the entry is built: with kernel timers, where the error record is, and whether
+    the kernels make run-time checks."""
+
+    profile: bool
+    errors: int | None
+    checks: bool = True
+
+
 def _define_entry(
     module: ir.Module,
     schedules: Sequence[KernelSchedule],
     calls: Sequence[ir.Function],
     places: Mapping[str, tuple[int, int]],
-    profile: bool,
+    how: _Entry,
 ) -> None:
     """``void polyonnx_main(ptr slots)``: each kernel called, in order, with its buffers'
-    pointers (slot base plus offset, computed once per place)."""
+    pointers (slot base plus offset, computed once per place), and returning early after
+    a kernel whose run-time check failed."""
     entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), ENTRY)
     b = ir.IRBuilder(entry.append_basic_block("entry"))
     slots = entry.args[0]
     pointers: dict[tuple[int, int], ir.Value] = {}
-    clock = _ProfileClock(module, b, len(schedules)) if profile else None
+    clock = _ProfileClock(module, b, len(schedules)) if how.profile else None
+    errors = None
     for site, (fn, schedule) in enumerate(zip(calls, schedules, strict=True)):
-        args = []
-        for name in schedule.buffers():
-            place = places[name]
-            if place not in pointers:
-                slot_ptr = b.gep(
-                    slots, [ir.Constant(I64, place[0])], inbounds=True, source_etype=PTR
-                )
-                base = b.load(slot_ptr, typ=PTR)
-                pointers[place] = b.gep(
-                    base, [ir.Constant(I64, place[1])], inbounds=True, source_etype=ir.IntType(8)
-                )
-            args.append(pointers[place])
+        args = [_place_pointer(b, slots, places[name], pointers) for name in schedule.buffers()]
+        checked = has_checks(schedule, how.checks)
+        if checked and errors is None:
+            errors = _error_record(module, b, slots, how.errors)
+        if checked:
+            args.append(errors)
         b.call(fn, args)
         if clock is not None:
             clock.lap(site)
+        if checked:
+            failed = b.icmp_unsigned("!=", b.load(errors, typ=I64), ir.Constant(I64, 0))
+            with b.if_then(failed, likely=False):
+                b.ret_void()
     b.ret_void()
+
+
+def _place_pointer(
+    b: ir.IRBuilder, slots: ir.Value, place: tuple[int, int], pointers: dict
+) -> ir.Value:
+    """The pointer to (slot, byte offset), computed once per place."""
+    if place not in pointers:
+        slot_ptr = b.gep(slots, [ir.Constant(I64, place[0])], inbounds=True, source_etype=PTR)
+        base = b.load(slot_ptr, typ=PTR)
+        pointers[place] = b.gep(
+            base, [ir.Constant(I64, place[1])], inbounds=True, source_etype=ir.IntType(8)
+        )
+    return pointers[place]
+
+
+def _error_record(
+    module: ir.Module, b: ir.IRBuilder, slots: ir.Value, slot: int | None
+) -> ir.Value:
+    """The error record's pointer: from slot ``slot``, or a private global without one."""
+    if slot is None:
+        record = ir.GlobalVariable(module, ir.ArrayType(I64, 2), "polyonnx_errors")
+        record.initializer = ir.Constant(ir.ArrayType(I64, 2), None)
+        record.linkage = "private"
+        return record
+    at = b.gep(slots, [ir.Constant(I64, slot)], inbounds=True, source_etype=PTR)
+    return b.load(at, typ=PTR)
 
 
 @cache

@@ -221,11 +221,22 @@ def _shift(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir
 
 
 def _safe_div(b: ir.IRBuilder, x: ir.Value, y: ir.Value, dtype: str, fn) -> ir.Value:
-    """Integer division that cannot trap: a zero divisor gives 0 instead of SIGFPE."""
+    """Integer division (``fn``: sdiv, srem, udiv, urem) that cannot trap, as x86's idiv
+    does on a zero divisor and on MIN / -1: those divide by 1 instead. A zero divisor
+    gives 0; MIN / -1 gives MIN (two's complement wrap, as numpy) and MIN % -1 gives 0.
+    Lowerings report a zero divisor a user gives (krnl/ir.py's Checked)."""
     lanes = lanes_of(x)
     zero = constant(dtype, 0, lanes)
     is_zero = b.icmp_signed("==", y, zero)
-    safe = b.select(is_zero, constant(dtype, 1, lanes), y)
+    trap = is_zero
+    if not is_unsigned(dtype):
+        bits = x.type.element.width if lanes > 1 else x.type.width
+        least = constant(dtype, -(2 ** (bits - 1)), lanes)
+        wraps = b.and_(
+            b.icmp_signed("==", x, least), b.icmp_signed("==", y, constant(dtype, -1, lanes))
+        )
+        trap = b.or_(is_zero, wraps)
+    safe = b.select(trap, constant(dtype, 1, lanes), y)
     return b.select(is_zero, zero, fn(x, safe))
 
 

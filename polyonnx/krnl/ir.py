@@ -8,6 +8,7 @@ workers and prints for humans; :mod:`polyonnx.krnl.isl` parses them on demand.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -99,10 +100,45 @@ class LoadAt(Expr):
     """A read at computed indices: one int64 expression per buffer dim (Iter, a Load of an
     index tensor, arithmetic). For data-dependent reads (Gather, Resize); each index is
     clamped into the buffer, so a bad index can never read out of bounds. Lowerings wrap
-    negative indices themselves where ONNX says so."""
+    negative indices themselves where ONNX says so, and wrap an index a user gives in a
+    :class:`Checked`, so that one out of range is an error, not a clamped read."""
 
     buffer: str
     index: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class CheckSite:
+    """Where a run-time check stands and what its failure says: ``message`` with
+    ``{value}`` where the offending value goes. Its ``id`` is what native code records."""
+
+    node: str
+    op: str
+    message: str
+
+    @property
+    def id(self) -> int:
+        """A stable, nonzero 63-bit number for the site (a hash of what it says): kernels
+        are emitted in worker processes, so no counter could number them."""
+        digest = hashlib.sha1(repr((self.node, self.op, self.message)).encode()).digest()
+        return (int.from_bytes(digest[:8], "little") & (2**63 - 1)) | 1
+
+    def text(self) -> str:
+        """The error message, ``{value}`` still in it."""
+        return f"node {self.node!r} ({self.op}): {self.message}"
+
+
+@dataclass(frozen=True)
+class Checked(Expr):
+    """The value of ``x``, where the bool ``ok`` must hold at run time: where it does not,
+    native code records ``site`` and x's value (as int64) and the run raises RunError
+    (the first failure of a run wins). Lowerings wrap the index tensors and integer
+    divisors a user gives; what follows stays memory-safe without it (LoadAt clamps,
+    integer division never traps)."""
+
+    x: Expr
+    ok: Expr
+    site: CheckSite
 
 
 @dataclass(frozen=True)
@@ -234,7 +270,29 @@ def gathers(expr: Expr) -> list[LoadAt]:
     return found
 
 
+def checks(expr: Expr) -> list[Checked]:
+    """Every Checked in ``expr``, left to right."""
+    found = [expr] if isinstance(expr, Checked) else []
+    for child in children(expr):
+        found.extend(checks(child))
+    return found
+
+
+def in_range(x: Expr, low: int, high: int, site: CheckSite) -> Checked:
+    """``x`` (an integer), checked to lie in [low, high]."""
+    wide = x if x.dtype == "int64" else Cast("int64", x)
+    ok = Binary(
+        "bool",
+        "and",
+        Binary("bool", "ge", wide, Const("int64", low)),
+        Binary("bool", "le", wide, Const("int64", high)),
+    )
+    return Checked(x.dtype, x, ok, site)
+
+
 def children(expr: Expr) -> tuple[Expr, ...]:
+    if isinstance(expr, Checked):
+        return (expr.x, expr.ok)
     if isinstance(expr, LoadAt):
         return expr.index
     if isinstance(expr, Unary | Cast):

@@ -33,7 +33,9 @@ import numpy as np
 
 from polyonnx.emit.abi import EntryAbi
 
-MAGIC = b"POLYONNX-CACHE\x00\x02"
+MAGIC = b"POLYONNX-CACHE\x00\x03"
+"""Its last byte is the format's version: 3 since the entry's code takes an error record
+and its ABI lists the run-time checks (emit/abi.py), which no older entry has."""
 SUFFIX = ".entry"
 CHECK_BYTES = 8
 CAP_BYTES = 4 << 30

@@ -24,7 +24,7 @@ import islpy as isl
 import numpy as np
 
 from polyonnx.aligned import ALIGN, aligned_empty
-from polyonnx.emit.abi import EntryAbi, KernelInfo, Port
+from polyonnx.emit.abi import CheckInfo, EntryAbi, KernelInfo, Port
 from polyonnx.emit.aot import NativeModel
 from polyonnx.emit.jit import JitModule
 from polyonnx.emit.module import (
@@ -35,13 +35,13 @@ from polyonnx.emit.module import (
 )
 from polyonnx.emit.objects import compile_objects, gc_paused
 from polyonnx.emit.threads import THREADS_GLOBAL, pool_runtime
-from polyonnx.errors import CodegenError, InputError, PolyonnxError
+from polyonnx.errors import CodegenError, InputError, PolyonnxError, RunError
 from polyonnx.frontend.graph import Graph
 from polyonnx.frontend.load import load_graph
 from polyonnx.krnl.canon import structural_key
 from polyonnx.krnl.chain import fuse_elementwise
 from polyonnx.krnl.epilogue import fuse_epilogues
-from polyonnx.krnl.ir import Binary, Kernel, Program
+from polyonnx.krnl.ir import Binary, Kernel, Program, checks
 from polyonnx.krnl.islutil import parse_set
 from polyonnx.krnl.lower import lower, supported_ops
 from polyonnx.krnl.verify import check_bounds
@@ -121,14 +121,16 @@ def compile_graph(
     profile: bool = False,
     records=None,
     input_offsets: Mapping[str, int] | None = None,
+    checks: bool = True,
 ) -> CompiledModel:
     """With ``records`` (tune/apply.py's Records), kernels with a tuning record that beat
     the default get its schedule (host targets only). ``input_offsets``: where inputs'
-    data starts past a cache line, in bytes, for code laid out by it (Program's)."""
+    data starts past a cache line, in bytes, for code laid out by it (Program's).
+    ``checks``: see :func:`compile_program`."""
     with gc_paused():  # compiling makes few cycles and many objects (emit/objects.py)
         program = optimize(lower(graph, input_offsets))
         schedules, used = model_schedules(program, target, records)
-        compiled = compile_program(program, schedules, target, profile=profile)
+        compiled = compile_program(program, schedules, target, profile=profile, checks=checks)
     compiled.tuned = tuple(used)
     return compiled
 
@@ -150,11 +152,14 @@ def compile_program(
     target: Target | None = None,
     *,
     profile: bool = False,
+    checks: bool = True,
 ) -> CompiledModel:
     """With ``profile``, the native entry also times every kernel call (a few clock reads
-    per inference); without, it is exactly the plain build."""
+    per inference); without, it is exactly the plain build. Without ``checks``, the code
+    does not check the indices and integer divisors a user gives (docs/ops.md): a bad one
+    is clamped or divides to 0, silently, for the few percent the checks cost."""
     target = target or host_target()
-    native = emit_program(program, schedules, target, profile=profile)
+    native = emit_program(program, schedules, target, profile=profile, checks=checks)
     model = native.model
     objects = compile_objects(model.plan.entry, model.plan.jobs, model.buffers, target)
     jit = JitModule(objects.objects, target, objects.sources)
@@ -175,17 +180,31 @@ class NativeProgram:
 
 
 def emit_program(
-    program: Program, schedules: Sequence[KernelSchedule], target: Target, *, profile: bool
+    program: Program,
+    schedules: Sequence[KernelSchedule],
+    target: Target,
+    *,
+    profile: bool,
+    checks: bool = True,
 ) -> NativeProgram:
-    """Pack constant GEMM weights, check bounds, plan memory and the modules."""
+    """Pack constant GEMM weights, check bounds, plan memory and the modules (with
+    run-time checks, or without: see :func:`compile_program`)."""
     program, schedules = pack_constants(program, tuple(schedules))
     check_bounds(program)
     layout = plan_memory(program)
     places = {name: (p.slot, p.offset) for name, p in layout.places.items()}
     if profile and not register_profile_symbols():
         raise CodegenError("profiling needs clock_gettime(CLOCK_MONOTONIC) from the C library")
-    plan = plan_modules(schedules, program.buffers, places, target, profile=profile)
-    abi = entry_abi(program, schedules, layout)
+    abi = entry_abi(program, schedules, layout, checks)
+    plan = plan_modules(
+        schedules,
+        program.buffers,
+        places,
+        target,
+        profile=profile,
+        errors=abi.error_slot,
+        checks=checks,
+    )
     used = {name for _, name in abi.constant_slots}
     used |= {p.copy_of for p in abi.outputs if p.copy_of in program.constants}
     build = Build(program, tuple(schedules), layout, plan.symbols)
@@ -195,7 +214,9 @@ def emit_program(
     return NativeProgram(model, memory, build)
 
 
-def entry_abi(program: Program, schedules: Sequence[KernelSchedule], layout: Layout) -> EntryAbi:
+def entry_abi(
+    program: Program, schedules: Sequence[KernelSchedule], layout: Layout, checks: bool = True
+) -> EntryAbi:
     """The slots of the entry ``layout`` plans and the model's ports, in ONNX order."""
     slot = {name: i for i, name in enumerate(layout.slots)}
     external = set(program.inputs) | set(program.constants)
@@ -216,7 +237,19 @@ def entry_abi(program: Program, schedules: Sequence[KernelSchedule], layout: Lay
             KernelInfo(s.kernel.name, s.kernel.op_type, multiply_adds(s.kernel)) for s in schedules
         ),
         input_offsets=tuple(sorted(program.input_offsets.items())),
+        checks=check_table(schedules) if checks else (),
     )
+
+
+def check_table(schedules: Sequence[KernelSchedule]) -> tuple[CheckInfo, ...]:
+    """Every run-time check the kernels' code makes, by site number."""
+    sites = {
+        check.site.id: check.site.text()
+        for s in schedules
+        for stmt in s.kernel.statements
+        for check in checks(stmt.expr)
+    }
+    return tuple(CheckInfo(site, text) for site, text in sorted(sites.items()))
 
 
 def memory_use(program: Program, schedules: Sequence[KernelSchedule], layout: Layout) -> MemoryUse:
@@ -322,6 +355,9 @@ class CompiledModel:
             self._arena.fill(0xFF)
         self._slots = (ctypes.c_void_p * abi.slot_count)()
         self._slots[abi.arena_slot] = self._arena.ctypes.data
+        self._errors = np.zeros(2, np.int64)
+        """The error record: (site, value) of the run's first failed check, else zeros."""
+        self._slots[abi.error_slot] = self._errors.ctypes.data
         for slot, name in abi.constant_slots:
             self._slots[slot] = self.constants[name].ctypes.data
         self._inputs = [(p.slot, p.name) for p in abi.inputs if p.slot is not None]
@@ -425,7 +461,9 @@ class CompiledModel:
         return self._counters
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Inputs must already be validated: C-contiguous arrays of the right dtype/shape."""
+        """Inputs must already be validated: C-contiguous arrays of the right dtype/shape.
+        A run whose code meets a bad value (an index out of range, an integer division by
+        zero) raises RunError and returns nothing."""
         results: dict[str, np.ndarray] = {}
         slots = self._slots
         with self._lock:  # slots were listed once, in __post_init__
@@ -434,6 +472,11 @@ class CompiledModel:
             for i, name, shape, dtype in self._outputs:
                 results[name], slots[i] = self._output_array(name, shape, dtype)
             self._entry(slots)
+            site, value = int(self._errors[0]), int(self._errors[1])
+            if site:
+                self._errors[:] = 0
+        if site:
+            raise RunError(self.abi.failure(site, value))
         for name, source in self._passed:
             given = inputs.get(source)
             results[name] = np.array(given if given is not None else self.constants[source])

@@ -19,11 +19,13 @@ import numpy as np
 from polyonnx.aligned import aligned_empty
 from polyonnx.emit.abi import ONNX_TYPES, Port
 from polyonnx.emit.aot import Library, write_library
-from polyonnx.errors import InputError, ModelError
+from polyonnx.errors import InputError, ModelError, RunError
 from polyonnx.runtime.compiled import emit_program, lower_model, model_schedules
 from polyonnx.target import Target, host_target
 
 DTYPES = {number: name for name, number in ONNX_TYPES.items()}
+ERROR_RUN = 5
+"""NAME_run's status for a bad value met at run time (POLYONNX_ERROR_RUN, capi/header.h)."""
 LIBRARY_NAME = re.compile(r"lib([A-Za-z_][A-Za-z0-9_]*)\.so\Z")
 
 
@@ -36,16 +38,18 @@ def compile_library(
     records=None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     default_threads: int = 0,
+    checks: bool = True,
 ) -> Library:
     """Compile ``model`` for ``target`` (the host by default) into DIR/libNAME.so and
     DIR/NAME.h. ``records`` (tune/apply.py's Records) schedule their kernels on the host,
     as they do for the JIT. ``default_threads``: what NAME_open(0) takes (0: a thread per
-    online core)."""
+    online core). ``checks``: run-time checks of indices and integer divisors
+    (runtime/compiled.py's compile_program)."""
     program = lower_model(model, input_shapes)
     host = target is None or target == host_target()
     schedules, _ = model_schedules(program, None if host else target, records)
     target = target or host_target()
-    native = emit_program(program, schedules, target, profile=False)
+    native = emit_program(program, schedules, target, profile=False, checks=checks)
     return write_library(native.model, target, directory, name, default_threads)
 
 
@@ -132,7 +136,10 @@ class LibraryModel:
             self._bytes[i] = array.nbytes
         code = self._fn["run"](self._session, self._inputs, self._dims, self._outputs, self._bytes)
         if code:
-            raise InputError(f"{self.name}_run: {self._fn['error'](self._session).decode()}")
+            message = self._fn["error"](self._session).decode(errors="replace")
+            if code == ERROR_RUN:
+                raise RunError(message)
+            raise InputError(f"{self.name}_run: {message}")
         return results
 
     def close(self) -> None:

@@ -1,11 +1,14 @@
-"""Gather and GatherElements against numpy, with negative and (clamped) bad indices."""
+"""Gather and GatherElements against numpy, with negative indices; a bad index is an error
+(more in tests/runtime/test_run_checks.py)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from polyonnx.errors import RunError
 from tests.helpers import axis_of, check_node, fast, random_array, run_node, seeds, shapes
 
 
@@ -33,8 +36,9 @@ def test_gather_elements_matches_take_along_axis(shape, data, seed):
     check_node("GatherElements", [x, idx], want, axis=axis)
 
 
-def test_out_of_range_indices_never_read_outside_the_buffer():
+def test_an_out_of_range_index_is_a_run_error_naming_node_index_and_range():
     x = np.arange(5, dtype=np.float32)
-    (got,) = run_node("Gather", [x, np.array([7, -9, 2], np.int64)], [x[:3]])
-    # clamped into [0, 4]: the values are defined (no garbage, no crash)
-    np.testing.assert_array_equal(got, np.array([4, 0, 2], np.float32))
+    with pytest.raises(
+        RunError, match=r"'gather_node' \(Gather\): index 7 is out of range \[-5, 4\]"
+    ):
+        run_node("Gather", [x, np.array([7, 1, 2], np.int64)], [x[:3]])

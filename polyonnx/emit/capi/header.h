@@ -16,7 +16,9 @@ enum polyonnx_status {
     POLYONNX_ERROR_ARGUMENT = 1, /* a NULL pointer or an index out of range */
     POLYONNX_ERROR_SHAPE = 2,    /* an input's dims differ from the model's */
     POLYONNX_ERROR_BUFFER = 3,   /* an output buffer too small, or data misaligned */
-    POLYONNX_ERROR_MEMORY = 4
+    POLYONNX_ERROR_MEMORY = 4,
+    POLYONNX_ERROR_RUN = 5       /* a bad value met at run time: an index out of range, an
+                                  * integer division by zero; the outputs are undefined */
 };
 #endif
 

@@ -17,7 +17,7 @@
 #define API __attribute__((visibility("default")))
 #define ERROR_BYTES 1024
 
-enum { OK = 0, E_ARGUMENT = 1, E_SHAPE = 2, E_BUFFER = 3, E_MEMORY = 4 };
+enum { OK = 0, E_ARGUMENT = 1, E_SHAPE = 2, E_BUFFER = 3, E_MEMORY = 4, E_RUN = 5 };
 
 extern void polyonnx_main(void **slots);
 extern int32_t polyonnx_threads;
@@ -26,6 +26,7 @@ struct PNAME_session {
     int threads;
     void *arena;
     void *slots[PNAME_SLOTS];
+    int64_t errors[2]; /* the site and value of a run's first failed check, else zeros */
     char error[ERROR_BYTES];
 };
 
@@ -109,7 +110,8 @@ API PNAME_session *PNAME_open(int threads) {
         threads = cores > 0 ? (int)cores : 1;
     }
     s->threads = threads;
-    s->slots[PNAME_SLOTS - 1] = s->arena;
+    s->slots[PNAME_ARENA_SLOT] = s->arena;
+    s->slots[PNAME_ERROR_SLOT] = s->errors;
     for (int c = 0; c < PNAME_CONSTANTS; c++)
         s->slots[constant_slots[c]] = (void *)(weights + constant_offsets[c]);
     return s;
@@ -212,6 +214,23 @@ static void copy_output(PNAME_session *s, int i, const void *const *inputs, void
     if (bytes && from != outputs[i]) memmove(outputs[i], from, bytes);
 }
 
+/* The message of the run-time check that failed (its site and value are in s->errors). */
+static int check_failed(PNAME_session *s) {
+    int64_t site = s->errors[0], value = s->errors[1];
+    s->errors[0] = s->errors[1] = 0;
+    for (int c = 0; c < PNAME_CHECKS; c++) {
+        if (check_sites[c] != site) continue;
+        if (check_shows[c])
+            snprintf(s->error, ERROR_BYTES, "%s%lld%s", check_before[c], (long long)value, check_after[c]);
+        else
+            snprintf(s->error, ERROR_BYTES, "%s", check_before[c]);
+        return E_RUN;
+    }
+    snprintf(s->error, ERROR_BYTES, "run-time check %lld failed on the value %lld", (long long)site,
+             (long long)value);
+    return E_RUN;
+}
+
 API int PNAME_run(PNAME_session *s, const void *const *inputs, const int64_t *const *input_dims_given,
                   void *const *outputs, const size_t *output_bytes) {
     if (!s) {
@@ -227,6 +246,7 @@ API int PNAME_run(PNAME_session *s, const void *const *inputs, const int64_t *co
         if (output_slots[i] >= 0) s->slots[output_slots[i]] = outputs[i];
     __atomic_store_n(&polyonnx_threads, s->threads, __ATOMIC_RELAXED);
     polyonnx_main(s->slots);
+    if (s->errors[0]) return check_failed(s);
     for (int i = 0; i < PNAME_OUTPUTS; i++) copy_output(s, i, inputs, outputs);
     return OK;
 }

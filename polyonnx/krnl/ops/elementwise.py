@@ -12,7 +12,7 @@ from functools import reduce as fold
 from polyonnx.errors import LoweringError
 from polyonnx.frontend.graph import Node
 from polyonnx.krnl import build as kb
-from polyonnx.krnl.ir import Expr, Statement, is_float
+from polyonnx.krnl.ir import Checked, CheckSite, Const, Expr, Statement, is_float
 from polyonnx.krnl.lower import LowerContext, lowers
 
 ONNX_DTYPES = {
@@ -140,12 +140,26 @@ COMPARE = {
 }  # fmt: skip
 
 
+def nonzero_divisor(node: Node, divisor: Expr) -> Expr:
+    """An integer divisor a user gives, checked not to be zero at run time (the run raises
+    RunError; the division itself never traps: emit/ops.py). A float divisor, or a nonzero
+    constant, is left as it is."""
+    if is_float(divisor.dtype) or (isinstance(divisor, Const) and divisor.value != 0):
+        return divisor
+    word = "division" if node.op_type == "Div" else "modulo"
+    site = CheckSite(node.name, node.op_type, f"integer {word} by zero")
+    zero = kb.const(0, divisor.dtype)
+    return Checked(divisor.dtype, divisor, kb.binary("ne", divisor, zero, "bool"), site)
+
+
 @lowers(*BINARY)
 def lower_binary(ctx: LowerContext, node: Node) -> None:
     op = BINARY[node.op_type]
 
     def body(xs: list[Expr]) -> Expr:
         a, b = xs
+        if op == "div":
+            return kb.binary(op, a, nonzero_divisor(node, b))
         if op != "pow":
             return kb.binary(op, a, b)
         if not is_float(a.dtype):  # integer powers, computed exactly enough in float64
@@ -167,7 +181,8 @@ def lower_mod(ctx: LowerContext, node: Node) -> None:
     fmod = int(node.attr("fmod", 0))
 
     def body(xs: list[Expr]) -> Expr:
-        return kb.binary("fmod" if fmod else "mod", *xs)
+        a, b = xs
+        return kb.binary("fmod" if fmod else "mod", a, nonzero_divisor(node, b))
 
     elementwise(ctx, node, node.inputs[:2], body)
 

@@ -1,16 +1,24 @@
 """Data-dependent reads: Gather and GatherElements.
 
 The output is written at affine positions; the data is read at indices loaded from the
-index tensor (a LoadAt), with ONNX's negative indices wrapped (``i < 0 → i + n``) and
-every index clamped into the buffer by code generation.
+index tensor (a LoadAt), with ONNX's negative indices wrapped (``i < 0 → i + n``). An
+index outside ``[-n, n)`` is a run-time error (a Checked: the run raises RunError naming
+the node, the index and the range); code generation still clamps it into the buffer.
 """
 
 from __future__ import annotations
 
 from polyonnx.frontend.graph import Node
 from polyonnx.krnl import build as kb
-from polyonnx.krnl.ir import Expr, Iter, LoadAt, Statement
+from polyonnx.krnl.ir import CheckSite, Expr, Iter, LoadAt, Statement, in_range
 from polyonnx.krnl.lower import LowerContext, lowers
+
+
+def checked_index(node: Node, index: Expr, size: int, axis: int, tensor: str) -> Expr:
+    """``index`` (from a user's index tensor), checked to lie in ``[-size, size)``: the
+    indices axis ``axis`` of ``tensor`` takes, negative ones counted from the end."""
+    message = f"index {{value}} is out of range [{-size}, {size - 1}] on axis {axis} of {tensor!r}"
+    return in_range(index, -size, size - 1, CheckSite(node.name, node.op_type, message))
 
 
 def wrapped(index: Expr, size: int) -> Expr:
@@ -26,11 +34,12 @@ def lower_gather(ctx: LowerContext, node: Node) -> None:
     rank, q = len(data.shape), len(indices.shape)
     axis = int(node.attr("axis", 0)) % rank
     shape = [*data.shape[:axis], *indices.shape, *data.shape[axis + 1 :]]
+    n = data.shape[axis]
     dims = kb.dims("d", len(shape))
     picked = kb.load(kb.access(indices.name, "S0", dims, dims[axis : axis + q]), indices.dtype)
     index = [
         *(Iter("int64", d) for d in dims[:axis]),
-        wrapped(picked, data.shape[axis]),
+        wrapped(checked_index(node, picked, data.shape[axis], axis, node.inputs[0]), n),
         *(Iter("int64", d) for d in dims[axis + q :]),
     ]
     out = ctx.output(node.outputs[0], shape, data.dtype)
@@ -46,6 +55,7 @@ def lower_gather_elements(ctx: LowerContext, node: Node) -> None:
     axis = int(node.attr("axis", 0)) % rank
     dims = kb.dims("d", rank)
     picked = kb.load(kb.access(indices.name, "S0", dims, dims), indices.dtype)
+    picked = checked_index(node, picked, data.shape[axis], axis, node.inputs[0])
     index = tuple(
         wrapped(picked, data.shape[r]) if r == axis else Iter("int64", d)
         for r, d in enumerate(dims)

@@ -3,7 +3,8 @@
 The input is scores ``X[N, C, d1..]`` and an index tensor ``T[N, d1..]`` of classes. Each
 target position reads the score of its class with a LoadAt (a computed index; codegen
 clamps it into the buffer), weighted by ``W[T]`` (or 1). A target equal to
-``ignore_index`` contributes 0 and its weight is 0, so the mean leaves it out::
+``ignore_index`` contributes 0 and its weight is 0, so the mean leaves it out; any other
+target outside ``[0, C)`` is a run-time error (a Checked: the run raises RunError)::
 
     l[n, d..] = T[n, d..] == ignore ? 0 : -W[T[n, d..]] * X[n, T[n, d..], d..]
 
@@ -34,7 +35,7 @@ import numpy as np
 from polyonnx.errors import LoweringError
 from polyonnx.frontend.graph import Node
 from polyonnx.krnl import build as kb
-from polyonnx.krnl.ir import Buffer, Expr, Iter, LoadAt, Statement, is_float
+from polyonnx.krnl.ir import Buffer, Checked, CheckSite, Expr, Iter, LoadAt, Statement, is_float
 from polyonnx.krnl.lower import LowerContext, lowers
 from polyonnx.krnl.ops.reduce import Reduction, identity
 
@@ -53,6 +54,8 @@ class Loss:
     weight: Buffer | None
     reduction: str
     ignore_index: int | None
+    site: CheckSite
+    """Where a target outside the classes (and not ignore_index) is reported."""
 
     @property
     def acc_dtype(self) -> str:
@@ -93,7 +96,15 @@ def _loss(ctx: LowerContext, node: Node) -> Loss:
     if reduction not in REDUCTIONS:
         raise LoweringError(f"{where}: unknown reduction {reduction!r} (expected {REDUCTIONS})")
     ignore = node.attr("ignore_index")
-    return Loss(x, target, weight, reduction, None if ignore is None else int(ignore))
+    ignore = None if ignore is None else int(ignore)
+    classes = x.shape[1]
+    besides = "" if ignore is None else f" and is not ignore_index {ignore}"
+    message = (
+        f"target {{value}} is out of range [0, {classes - 1}] (the classes of "
+        f"{node.inputs[0]!r}){besides}"
+    )
+    site = CheckSite(node.name, node.op_type, message)
+    return Loss(x, target, weight, reduction, ignore, site)
 
 
 # ---- the likelihood part, shared ------------------------------------------------------
@@ -107,14 +118,25 @@ def nll_statements(
     dims, acc_dt = loss.dims, loss.acc_dtype
     shape = loss.target.shape
 
-    def cls(stmt: str) -> Expr:
+    def target(stmt: str) -> Expr:
         t = kb.load(kb.access(loss.target.name, stmt, dims, dims), loss.target.dtype)
         return kb.cast(t, "int64")
+
+    def cls(stmt: str) -> Expr:
+        """The target class, checked: in [0, C), or ignore_index."""
+        t = target(stmt)
+        ok = kb.binary(
+            "and",
+            kb.binary("ge", t, kb.const(0, "int64"), "bool"),
+            kb.binary("lt", t, kb.const(loss.x.shape[1], "int64"), "bool"),
+        )
+        skip = ignored(stmt)
+        return Checked("int64", t, ok if skip is None else kb.binary("or", ok, skip), loss.site)
 
     def ignored(stmt: str) -> Expr | None:
         if loss.ignore_index is None:
             return None
-        return kb.binary("eq", cls(stmt), kb.const(loss.ignore_index, "int64"), "bool")
+        return kb.binary("eq", target(stmt), kb.const(loss.ignore_index, "int64"), "bool")
 
     def weight(stmt: str) -> Expr:
         w: Expr = kb.const(1, acc_dt)

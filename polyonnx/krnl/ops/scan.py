@@ -22,7 +22,7 @@ from __future__ import annotations
 from polyonnx.errors import LoweringError
 from polyonnx.frontend.graph import Node
 from polyonnx.krnl import build as kb
-from polyonnx.krnl.ir import Expr, Iter, LoadAt, Statement, is_float
+from polyonnx.krnl.ir import CheckSite, Expr, Iter, LoadAt, Statement, in_range, is_float
 from polyonnx.krnl.lower import LowerContext, lowers
 
 CUMULATIVE = {"CumSum": ("add", 0), "CumProd": ("mul", 1)}
@@ -83,7 +83,11 @@ def lower_reverse_sequence(ctx: LowerContext, node: Node) -> None:
     dims = kb.dims("d", rank)
     t = Iter("int64", dims[time_axis])
     length = kb.load(kb.access(lens.name, "S0", dims, [dims[batch_axis]]), lens.dtype)
-    length = kb.cast(length, "int64")
+    steps = x.shape[time_axis]
+    message = f"sequence length {{value}} is out of range [0, {steps}] ({node.inputs[1]!r})"
+    length = in_range(
+        kb.cast(length, "int64"), 0, steps, CheckSite(node.name, node.op_type, message)
+    )
     inside = kb.binary("lt", t, length, "bool")
     back = kb.binary("sub", kb.binary("sub", length, kb.const(1, "int64")), t)
     index: list[Expr] = [Iter("int64", d) for d in dims]

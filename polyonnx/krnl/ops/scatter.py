@@ -23,8 +23,9 @@ correct for any index pattern (duplicates, negative indices), but slow for large
 tensors. Two things keep it smaller than that bound: ScatterElements only searches the
 indexed axis (an update can only land on the output elements that share its other
 coordinates), and ScatterND searches once per indexed prefix ``data[i_0, .., i_k-1]``,
-not per element of the slice it writes. Indices outside the data never match, so they
-are ignored rather than an error.
+not per element of the slice it writes. An index outside ``[-n, n)`` is a run-time
+error (a Checked, where the search reads it: the run raises RunError naming the node,
+the index and the range); it never matches, so memory stays safe without the check.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from polyonnx.frontend.graph import Node
 from polyonnx.krnl import build as kb
 from polyonnx.krnl.ir import Buffer, Expr, Iter, LoadAt, Statement, reduce_identity
 from polyonnx.krnl.lower import LowerContext, lowers
-from polyonnx.krnl.ops.gather import wrapped
+from polyonnx.krnl.ops.gather import checked_index, wrapped
 
 REDUCTIONS = {"none": None, "add": "add", "mul": "mul", "max": "max", "min": "min"}
 
@@ -105,6 +106,7 @@ def lower_scatter_elements(ctx: LowerContext, node: Node) -> None:
 
     def match(stmt: str) -> Expr:
         index = kb.load(kb.access(indices.name, stmt, full, at_j), indices.dtype)
+        index = checked_index(node, index, data.shape[axis], axis, node.inputs[0])
         return kb.binary("eq", wrapped(index, data.shape[axis]), Iter("int64", dims[axis]), "bool")
 
     domain = kb.box("S1", full, [*reach, indices.shape[axis]])
@@ -173,19 +175,13 @@ def lower_scatter_nd(ctx: LowerContext, node: Node) -> None:
     prefix = dims[:depth]
     u = kb.dims("u", len(tuples))
 
+    def index(stmt: str, domain_dims: list[str], m: int) -> Expr:
+        picked = kb.load(kb.access(indices.name, stmt, domain_dims, [*u, str(m)]), indices.dtype)
+        return wrapped(checked_index(node, picked, data.shape[m], m, node.inputs[0]), data.shape[m])
+
     def match(stmt: str, domain_dims: list[str]) -> Expr:
         hits = [
-            kb.binary(
-                "eq",
-                wrapped(
-                    kb.load(
-                        kb.access(indices.name, stmt, domain_dims, [*u, str(m)]), indices.dtype
-                    ),
-                    data.shape[m],
-                ),
-                Iter("int64", prefix[m]),
-                "bool",
-            )
+            kb.binary("eq", index(stmt, domain_dims, m), Iter("int64", prefix[m]), "bool")
             for m in range(depth)
         ]
         if not hits:
