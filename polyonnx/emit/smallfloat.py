@@ -259,14 +259,15 @@ def emit_encode(
 
     * float kinds take ``half``/``float``/``double`` (scalar or vector), rounded once to
       nearest even (``double`` through float32 rounded to odd), as ml_dtypes 0.7 does;
-      ``float8_e8m0fnu`` rounds ``double`` to float32 first, as its reference does.  ``saturate`` matters only for the float8 types (ONNX's
-      ``saturate`` attribute): True clamps overflow and ±inf to ±max finite, False gives
-      inf (e5m2) or NaN (e4m3fn; fnuz: 0x80).  float4/float6 always saturate; bfloat16
-      overflows to inf.  NaN becomes the type's quiet NaN (sign kept where the type has a
-      signed NaN); float4/float6 have none and (like ml_dtypes) give the zero of the
-      opposite sign.  ``float8_e8m0fnu`` follows ``numpy_helper.to_float8e8m0`` with
-      ``round_mode`` (``"up"``, the ONNX default, ``"down"`` or ``"nearest"``); no other
-      type reads ``round_mode``.
+      ``float8_e8m0fnu`` rounds ``double`` to float32 first, as its reference does.
+      ``saturate`` matters only for the float8 types (ONNX's ``saturate`` attribute):
+      True clamps overflow and ±inf to ±max finite, False gives inf (e5m2) or NaN
+      (e4m3fn; fnuz: 0x80).  float4/float6 always saturate; bfloat16 overflows to inf.
+      NaN becomes the type's quiet NaN (sign kept where the type has a signed NaN);
+      float4/float6 have none and (like ml_dtypes) give the zero of the opposite sign.
+      ``float8_e8m0fnu`` follows ``numpy_helper.to_float8e8m0`` with ``round_mode``
+      (``"up"``, the ONNX default, ``"down"`` or ``"nearest"``); no other type reads
+      ``round_mode``.
     * int kinds take an integer (any width: the low bits are kept, i.e. two's complement
       wrap-around, as ml_dtypes/numpy ``astype``) or a float (truncated toward zero, then
       0 where that is outside the type's range, as ml_dtypes 0.7 gives: ONNX leaves

@@ -112,7 +112,7 @@ def test_string_inputs_are_refused_with_a_clear_error():
         [helper.make_tensor_value_info("s", TensorProto.STRING, [2])],
         [helper.make_tensor_value_info("t", TensorProto.STRING, [2])],
     )
-    with pytest.raises(polyonnx.ModelError, match="(?s)string tensors.*'s' \\(graph input"):
+    with pytest.raises(polyonnx.ModelError, match=r"(?s)string tensors.*'s' \(graph input"):
         polyonnx.InferenceSession(model)
 
 
