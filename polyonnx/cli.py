@@ -84,6 +84,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-tuning", action="store_true", help="default schedules only")
     run.add_argument("--no-cache", action="store_true", help="compile, not load from the cache")
+    run.add_argument(
+        "--no-checks", action="store_true",
+        help="compile out the run-time index and divisor checks (docs/ops.md)",
+    )  # fmt: skip
     run.set_defaults(handler=cmd_run)
 
     build = sub.add_parser(
@@ -103,6 +107,10 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--shape", action="append", default=[], metavar="NAME=D0,D1,...", type=shape_arg
     )
+    build.add_argument(
+        "--no-checks", action="store_true",
+        help="compile out the run-time index and divisor checks (docs/ops.md)",
+    )  # fmt: skip
     build.set_defaults(handler=cmd_compile)
 
     cache = sub.add_parser("cache", help="the compile cache: info, or clear it")
@@ -156,6 +164,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         threads=args.threads,
         tuning_db=_tuning_db(args),
         cache=False if args.no_cache else None,
+        checks=not args.no_checks,
     )
     feed = _inputs(session, args)
     compiled = session.compiled_for(session.validate(feed))
@@ -214,6 +223,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     library = compile_library(
         args.model, args.output, name, target=target, records=records,
         input_shapes=shapes or None, default_threads=args.threads or 0,
+        checks=not args.no_checks,
     )  # fmt: skip
     print(f"model    {args.model}")
     print(f"target   {target.triple} {target.name} ({target.vector_bits}-bit vectors)")
@@ -343,10 +353,12 @@ def _check_random_shape(value, shape: list[int]) -> None:
 
 
 def _random(rng: np.random.Generator, dtype: str, shape: list[int]) -> np.ndarray:
+    """A random input. Integers are 0 or 1: a valid mask, token type or index into any
+    dim of 2 or more (run-time checks refuse an index out of range: docs/ops.md)."""
     if dtype == "bool":
         return rng.random(shape) < 0.5
     if np.issubdtype(np.dtype(dtype), np.integer):
-        return rng.integers(0, 10, size=shape).astype(dtype)
+        return rng.integers(0, 2, size=shape).astype(dtype)
     return rng.standard_normal(shape).astype(dtype)
 
 

@@ -18,6 +18,7 @@ OPTIONS = {
     "profile": "True or False",
     "cache": "True, False or a directory",
     "limits": "a polyonnx.frontend.limits.Limits",
+    "checks": "True or False",
 }
 """The keywords passed on to the runtime's session, and what each takes."""
 

@@ -102,6 +102,7 @@ class InferenceSession:
         records: ScheduleRecords | None = None,
         cache: bool | str | os.PathLike | None = None,
         limits: Limits | None = None,
+        checks: bool = True,
     ):
         """``model``: an ONNX model (path, bytes or proto), a ``polyonnx.Program``, or a
         library written by ``polyonnx compile`` (``.../libNAME.so``: loaded, not compiled).
@@ -112,12 +113,15 @@ class InferenceSession:
         ``cache``: keep compiled code on disk and load it instead of compiling again
         (runtime/cache.py): True, False, or the cache's directory; by default on unless
         POLYONNX_CACHE=off. ``limits``: the size budget the model must fit in
-        (docs/limits.md; by default Limits.from_env()). Every argument is checked first:
-        a bad model raises ModelError, any other bad argument ArgumentError."""
+        (docs/limits.md; by default Limits.from_env()). ``checks``: native code checks
+        user-given indices and integer divisors and raises RunError (docs/ops.md); False
+        compiles them out (bad values are then clamped or divide to 0). Every argument is
+        checked first: a bad model raises ModelError, any other bad argument ArgumentError."""
         model_argument(model)
         self.threads = thread_count(threads)
         self._target = _checked_target(target)
         self.profiling = flag("profile", profile)
+        self.checks = flag("checks", checks)
         records = _checked_records(records)
         cache = path_option("cache", cache, directory=True)
         self._limits = _checked_limits(limits)
@@ -145,7 +149,9 @@ class InferenceSession:
         if _is_program(model):  # a polyonnx.Program with scripted schedules: not cached
             self._set_graph(model.graph)
             self._model = None
-            compiled = compile_program(*model.compilable(), target, profile=self.profiling)
+            compiled = compile_program(
+                *model.compilable(), target, profile=self.profiling, checks=self.checks
+            )
             compiled.set_threads(self.threads)
             self._compiled[self._key({})] = compiled
             return
@@ -198,7 +204,12 @@ class InferenceSession:
         if graph is None:
             graph = self._specialised(feed)
         compiled = compile_graph(
-            graph, self._target, profile=self.profiling, records=self.records, input_offsets=offsets
+            graph,
+            self._target,
+            profile=self.profiling,
+            records=self.records,
+            input_offsets=offsets,
+            checks=self.checks,
         )
         compiled.set_threads(self.threads)
         if key is not None:
@@ -235,6 +246,7 @@ class InferenceSession:
                 "llvm": llvm_version(),
                 "records": self.records.fingerprint() if self.records else None,
                 "profile": self.profiling,
+                "checks": self.checks,
             }
         )
 

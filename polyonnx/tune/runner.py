@@ -97,7 +97,7 @@ class Bench:
 
     def compile(self, trace: Sequence[Mapping]) -> CompiledModel:
         schedule = kernel_schedule(self.program, self.kernel.name, trace)
-        compiled = compile_program(self.program, [schedule], profile=True)
+        compiled = compile_program(self.program, [schedule], profile=True, checks=False)
         compiled.set_threads(self.threads)
         return compiled
 
@@ -210,6 +210,8 @@ def random_inputs(program: Program, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def _random(rng: np.random.Generator, buffer) -> np.ndarray:
+    """Random values for a kernel's buffer. Index and divisor tensors get arbitrary ints,
+    so the tuner compiles without run-time checks: it measures speed only."""
     dtype = np.dtype(buffer.dtype) if buffer.dtype != "bfloat16" else np.dtype(np.float32)
     if dtype.kind == "f":
         return rng.standard_normal(buffer.shape).astype(buffer.dtype)

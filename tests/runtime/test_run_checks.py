@@ -381,3 +381,34 @@ def test_checks_can_be_compiled_out():
     np.testing.assert_array_equal(got["y"], [1, 4, 4])
     np.testing.assert_array_equal(got["q"], [np.iinfo(np.int32).min, 3, 0, 2])
     assert len(compile_graph(graph).abi.checks) == 2
+
+
+def test_a_session_compiles_checks_out_on_request_and_keys_the_cache_by_it(tmp_path):
+    """InferenceSession(checks=False) runs the unchecked code; the compile cache keeps the
+    two apart, so a cached checked build never answers an unchecked session or back."""
+    feed = {k: v.copy() for k, v in FEED.items()}
+    feed["idx"][1] = 7
+    for _ in range(2):  # the second round loads both from the cache
+        checked = polyonnx.InferenceSession(checks_model(), cache=tmp_path, tuning_db=False)
+        with pytest.raises(RunError, match="index 7"):
+            checked.run(None, feed)
+        unchecked = polyonnx.InferenceSession(
+            checks_model(), cache=tmp_path, tuning_db=False, checks=False
+        )
+        np.testing.assert_array_equal(unchecked.run(None, feed)[0], [1, 4, 4])
+    with pytest.raises(polyonnx.ArgumentError, match="checks"):
+        polyonnx.InferenceSession(checks_model(), checks="no")
+
+
+def test_the_cli_compiles_checks_out_with_no_checks(tmp_path, capsys):
+    from polyonnx.cli import main
+
+    model = tmp_path / "checks.onnx"
+    onnx.save(checks_model(), model)
+    args = ["run", str(model), "--no-cache", "--no-tuning"]
+    for name, value in {**FEED, "idx": np.array([0, 7, 2], np.int64)}.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        args += ["--input", f"{name}={tmp_path / name}.npy"]
+    assert main(args) == 2
+    assert "index 7 is out of range" in capsys.readouterr().err
+    assert main([*args, "--no-checks"]) == 0
