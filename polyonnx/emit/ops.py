@@ -273,26 +273,6 @@ def _lane_list(lanes: range) -> ir.Constant:
     return ir.Constant(ir.VectorType(ir.IntType(32), len(lanes)), list(lanes))
 
 
-def _to_float32_odd(b: ir.IRBuilder, x: ir.Value, lanes: int) -> ir.Value:
-    """float64 -> float32 rounded to odd: an inexact result is the odd one of the two
-    float32 values around ``x``. float32 keeps 13 bits more than float16, so rounding that
-    to float16 (to nearest even) gives what one rounding of ``x`` would."""
-    near = b.fptrunc(x, value_type("float32", lanes))  # to nearest even
-    back = b.fpext(near, x.type)
-    bits = b.bitcast(near, value_type("int32", lanes))
-    inexact = b.fcmp_ordered("!=", back, x)  # NaN stays as it is
-    even = b.icmp_unsigned(
-        "==", b.and_(bits, constant("int32", 1, lanes)), constant("int32", 0, lanes)
-    )
-    # sign and magnitude: one step of the integer bits moves away from zero
-    magnitude = [call_overloaded(b, "fabs", [v]) for v in (back, x)]
-    outward = b.fcmp_ordered("<", *magnitude)
-    step = b.select(outward, constant("int32", 1, lanes), constant("int32", -1, lanes))
-    odd = b.add(bits, step)
-    fix = b.and_(inexact, even)
-    return b.bitcast(b.select(fix, odd, bits), near.type)
-
-
 def cast(b: ir.IRBuilder, x: ir.Value, src: str, dst: str, saturate: bool = True) -> ir.Value:
     """Convert between register values. A cast to a small storage type (bfloat16, float8…)
     rounds to that type here (encode then decode), so the value is exact before a store."""
@@ -320,7 +300,7 @@ def cast(b: ir.IRBuilder, x: ir.Value, src: str, dst: str, saturate: bool = True
         if src == "float64" and dst == "float16":
             # via float32 (the direct conversion is a compiler-rt call the JIT cannot
             # link), rounded to odd there so the second rounding is the only one
-            return b.fptrunc(_to_float32_odd(b, x, lanes), to)
+            return b.fptrunc(smallfloat.float32_odd(b, x), to)
         bits = {"float16": 16, "float32": 32, "float64": 64}
         return b.fpext(x, to) if bits[dst] > bits[src] else b.fptrunc(x, to)
     if is_float(src):

@@ -330,6 +330,11 @@ def _encode_int(ops: _Ops, value: ir.Value, nbits: int, signed: bool) -> ir.Valu
     return b.and_(byte, ops.k(i8, (1 << nbits) - 1))
 
 
+def float32_odd(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """A float64 value (scalar or vector) as float32 rounded to odd (see to_float32_odd)."""
+    return to_float32_odd(_Ops(builder, x), x)
+
+
 def to_float32_odd(ops: _Ops, x: ir.Value) -> ir.Value:
     """float64 -> float32 rounded to odd: an inexact result is the odd one of the two
     float32 values around ``x``. float32 keeps 8 bits more than any narrower type here, so

@@ -258,9 +258,10 @@ def test_cast_double_to_half_rounds_once(seed, n):
 @pytest.mark.parametrize(
     "dst", [TensorProto.UINT2, TensorProto.INT2, TensorProto.UINT4, TensorProto.INT4]
 )
-def test_cast_negative_floats_wrap_into_small_integers(src, dst):
-    """-3.0 -> uint2 is 1, as onnx.reference computes it (truncate, then keep the low bits).
-    Through a uint8 register the conversion of a negative float was poison: 0 on AVX2."""
+def test_cast_negative_floats_into_small_integers_match_the_reference(src, dst):
+    """-3.0 -> int2 is 0 and -1.0 -> int2 is -1, as onnx.reference computes it (truncate,
+    then 0 outside the range). Through a uint8 register the conversion of a negative float
+    was poison: 0 on AVX2."""
     from onnx.reference import ReferenceEvaluator
 
     x = np.array([-7.9, -3, -2, -1, -0.5, 0, 1, 2, 3, 5, 9], helper.tensor_dtype_to_np_dtype(src))
