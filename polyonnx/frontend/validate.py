@@ -623,6 +623,17 @@ def _check_slice(site: Site) -> Problems:
         yield f"steps {steps} may not be 0"
 
 
+def _check_softmax_axis(site: Site) -> Problems:
+    """From opset 13 an axis of the input; before, where it is coerced to 2D, which may
+    also be at the rank itself (every dim in the batch): [-rank, rank]."""
+    axis, rank = site.attrs.get("axis"), site.rank(0)
+    if axis is None or rank is None:
+        return
+    high = rank - 1 if site.opset >= 13 else rank
+    if not -rank <= int(axis) <= high:
+        yield f"attribute 'axis' {int(axis)} is out of range [{-rank}, {high}] for rank {rank}"
+
+
 def _check_flatten(site: Site) -> Problems:
     """Flatten's axis may also be the rank itself: [-rank, rank]."""
     axis, rank = int(site.attrs.get("axis", 1)), site.rank(0)
@@ -669,9 +680,9 @@ CHECKS: dict[str, list[Callable[[Site], Problems]]] = {
     "Scatter": [axis_check()],
     "ScatterElements": [axis_check()],
     "Split": [_check_split],
-    "Softmax": [axis_check(default=None)],
-    "LogSoftmax": [axis_check(default=None)],
-    "Hardmax": [axis_check(default=None)],
+    "Softmax": [_check_softmax_axis],
+    "LogSoftmax": [_check_softmax_axis],
+    "Hardmax": [_check_softmax_axis],
     "ArgMax": [axis_check()],
     "ArgMin": [axis_check()],
     "Flatten": [_check_flatten],

@@ -366,3 +366,23 @@ def test_legal_attributes_still_load(model):
 @given(legal_convs())
 def test_legal_conv_attributes_still_load(model):
     load_graph(model)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+def test_softmax_axis_may_be_the_rank_before_opset_13_only(op):
+    """Before opset 13 the input is coerced to 2D at ``axis``, which may be the rank."""
+    load_graph(one_node(op, (2, 3), opset=11, axis=2))
+    load_graph(one_node(op, (2, 3), opset=11, axis=-2))
+    for opset, axis in ((11, 3), (11, -3), (13, 2), (13, -3)):
+        with pytest.raises(ModelError, match=rf"{op} node 'bad': attribute 'axis' {axis} is out"):
+            load_graph(one_node(op, (2, 3), opset=opset, axis=axis))
+
+
+def test_an_unknown_dim_from_shape_inference_is_not_a_negative_dim():
+    """onnx infers -1 for a Split's shorter last part (5 outputs of 4); it is not refused."""
+    node = helper.make_node("Split", ["x"], [f"y{i}" for i in range(5)], axis=1, num_outputs=5)
+    model = make_model(
+        [node], [tensor("x", [2, 4])], [tensor(f"y{i}", [2, f"w{i}"]) for i in range(5)], opset=18
+    )
+    graph = load_graph(model)
+    assert [tuple(v.shape) for v in graph.outputs][-1] == (2, 0)
