@@ -490,10 +490,10 @@ def test_integer_input_is_refused():
 @pytest.mark.parametrize(
     ("op", "attrs", "match"),
     [
-        ("LayerNormalization", {"axis": 2}, "axis 2 is out of range"),
+        ("LayerNormalization", {"axis": 2}, "'axis' 2 is out of range"),
         ("RMSNormalization", {"axis": -3, "opset": 23}, "axis -3 is out of range"),
-        ("LpNormalization", {"axis": 5}, "axis 5 is out of range"),
-        ("MeanVarianceNormalization", {"axes": [1, -1]}, "same axis twice"),
+        ("LpNormalization", {"axis": 5}, "'axis' 5 is out of range"),
+        ("MeanVarianceNormalization", {"axes": [1, -1]}, r"'axes' \[1, -1\] repeats an axis"),
     ],
 )
 def test_bad_axes_are_refused(op, attrs, match):
@@ -501,5 +501,7 @@ def test_bad_axes_are_refused(op, attrs, match):
         pytest.skip("this onnx has no RMSNormalization")
     x = np.ones((2, 3), np.float32)
     args = [x] if op in ("LpNormalization", "MeanVarianceNormalization") else [x, x[0]]
-    with pytest.raises(polyonnx.PolyonnxError, match=match):
+    # PolyonnxError: the load-time validator does not check RMSNormalization's axis yet, so
+    # that one is still refused by the lowering (a LoweringError); the others at load.
+    with pytest.raises(polyonnx.PolyonnxError, match=f"{op} node .*{match}"):
         run_node(op, args, [x], **attrs)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from polyonnx.errors import PolyonnxError
+from polyonnx.errors import ModelError, PolyonnxError
 from tests.helpers import check_node, const, fast, random_array, run_node, seeds, shapes
 
 MODES = ("constant", "edge", "reflect", "wrap")
@@ -27,11 +27,14 @@ def reference(x, begin, end, mode, value=0):
 
 
 @st.composite
-def pads_for(draw, shape, wide: bool):
-    """(begin, end) per axis; pads up to 2x the dim when ``wide``; crops leave >= 1."""
+def pads_for(draw, shape, wide: bool, mode: str):
+    """(begin, end) per axis; pads up to 2x the dim when ``wide``; crops leave >= 1.
+    Reflect pads stay below the dim: wider ones are refused (see the tests below)."""
     begin, end = [], []
     for n in shape:
         top = 2 * n + 1 if wide else 3
+        if mode == "reflect":
+            top = min(top, n - 1)
         b = draw(st.integers(-(n - 1), top))
         e = draw(st.integers(-(n - 1 - max(-b, 0)), top))
         begin.append(b)
@@ -48,7 +51,7 @@ def pads_for(draw, shape, wide: bool):
     dtype=st.sampled_from([np.float32, np.int32, np.uint8]),
 )
 def test_pad_matches_numpy(shape, mode, data, seed, dtype):
-    begin, end = data.draw(pads_for(shape, wide=data.draw(st.booleans())))
+    begin, end = data.draw(pads_for(shape, data.draw(st.booleans()), mode))
     x = random_array(np.random.default_rng(seed), shape, dtype, 0, 100)
     value = np.array(7, dtype)
     args = [x, const(np.array(begin + end, np.int64))]
@@ -93,11 +96,22 @@ def test_pads_given_as_a_graph_input_are_specialised_on():
     check_node("Pad", [x, pads], np.pad(x, (2, 3), mode="reflect"), mode="reflect", opset=13)
 
 
-def test_reflect_of_a_single_element_repeats_it():
+def test_reflect_of_a_single_element_is_refused():
     x = np.array([[4.0], [5.0]], np.float32)
-    check_node(
-        "Pad", [x, const([0, 3, 0, 2])], np.pad(x, [(0, 0), (3, 2)], "reflect"), mode="reflect"
-    )
+    with pytest.raises(
+        ModelError, match=r"Pad node .*reflect pads \[0, 3, 0, 2\] .*size 1 of axis 1"
+    ):
+        run_node("Pad", [x, const([0, 3, 0, 2])], [np.zeros((2, 6), np.float32)], mode="reflect")
+
+
+@pytest.mark.parametrize("side", ["begin", "end"])
+def test_reflect_pads_must_stay_below_the_dim(side):
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    fits, wide = ([0, 4, 0, 0], [0, 5, 0, 0]) if side == "begin" else ([0, 0, 0, 4], [0, 0, 0, 5])
+    want = reference(x, fits[:2], fits[2:], "reflect")
+    check_node("Pad", [x, const(fits)], want, mode="reflect", opset=13)
+    with pytest.raises(ModelError, match=r"reflect pads .* are not below the size 5 of axis 1"):
+        run_node("Pad", [x, const(wide)], [np.zeros((2, 10), np.float32)], mode="reflect", opset=13)
 
 
 def test_cropping_everything_gives_an_empty_tensor():
