@@ -291,17 +291,24 @@ class _Reader:
 
     def dims(self, index: int) -> Dims | None:
         name = self.node.input[index] if index < len(self.node.input) else ""
-        if not name:
-            return None
-        if name in self.constants:
-            return [int(d) for d in self.constants[name].shape]
-        type_proto = self.types.get(name)
-        if type_proto is None or type_proto.WhichOneof("value") != "tensor_type":
-            return None
-        if not type_proto.tensor_type.HasField("shape"):
-            return None
-        shape = type_proto.tensor_type.shape.dim
-        return [d.dim_value if d.HasField("dim_value") else None for d in shape]
+        return value_dims(name, self.constants, self.types)
+
+
+def value_dims(name: str, constants: Mapping[str, np.ndarray], types: Types) -> Dims | None:
+    """The dims of value ``name`` (None per unknown dim), or None where its rank is unknown
+    (or ``name`` is empty: an omitted optional input)."""
+    if not name:
+        return None
+    if name in constants:
+        return [int(d) for d in constants[name].shape]
+    type_proto = types.get(name)
+    if type_proto is None or type_proto.WhichOneof("value") != "tensor_type":
+        return None
+    if not type_proto.tensor_type.HasField("shape"):
+        return None
+    return [
+        d.dim_value if d.HasField("dim_value") else None for d in type_proto.tensor_type.shape.dim
+    ]
 
 
 def _ints(array: np.ndarray | None) -> list[int] | None:

@@ -21,7 +21,7 @@ import onnx
 from onnx import helper
 
 from polyonnx.errors import ModelError
-from polyonnx.frontend.budget import KNOWN_DTYPES, Types
+from polyonnx.frontend.budget import KNOWN_DTYPES, Types, value_dims
 from polyonnx.frontend.limits import Limits
 
 Problems = Iterator[str]
@@ -99,18 +99,7 @@ class Site:
 
     def dims(self, index: int) -> list[int | None] | None:
         """Input ``index``'s dims (None per unknown dim), or None when its rank is unknown."""
-        name = self.name(index)
-        if not name:
-            return None
-        if name in self.constants:
-            return [int(d) for d in self.constants[name].shape]
-        type_proto = self.types.get(name)
-        if type_proto is None or type_proto.WhichOneof("value") != "tensor_type":
-            return None
-        if not type_proto.tensor_type.HasField("shape"):
-            return None
-        shape = type_proto.tensor_type.shape.dim
-        return [d.dim_value if d.HasField("dim_value") else None for d in shape]
+        return value_dims(self.name(index), self.constants, self.types)
 
     def rank(self, index: int) -> int | None:
         dims = self.dims(index)

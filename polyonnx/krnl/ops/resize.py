@@ -29,21 +29,12 @@ import numpy as np
 
 from polyonnx.errors import LoweringError
 from polyonnx.frontend.graph import Node
+from polyonnx.frontend.validate import COORDINATE_MODES, NEAREST_MODES
 from polyonnx.krnl import build as kb
 from polyonnx.krnl.ir import Buffer, Expr, Iter, LoadAt, Statement, is_float
 from polyonnx.krnl.lower import LowerContext, lowers
 
 MODES = ("nearest", "linear", "cubic")
-COORDINATE_MODES = (
-    "half_pixel",
-    "half_pixel_symmetric",
-    "pytorch_half_pixel",
-    "align_corners",
-    "asymmetric",
-    "tf_half_pixel_for_nn",
-    "tf_crop_and_resize",
-)
-NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 LEGACY = "legacy"
 """The nearest pixel of opset < 11: truncate, or take the ceiling when downsampling."""
 
