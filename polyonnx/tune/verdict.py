@@ -1,8 +1,8 @@
 """The model-level A/B that ends every tuning session: are the tuned records worth using?
 
 A record's kernel-level speed-up is measured on the kernel alone; in the model, with the
-other kernels around it and other work on the machine, it may not show (the README's
-example once read 1.23x in the kernel table and 0.94x for the model). So the default model
+other kernels around it and other work on the machine, it may not show (docs/tuning.md,
+'The model-level A/B', and docs/measurements.md). So the default model
 and the tuned model, each compiled once, are timed in alternating rounds, and the records
 are kept only if the tuned model is faster beyond the measured noise:
 

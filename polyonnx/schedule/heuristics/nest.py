@@ -33,8 +33,8 @@ masked store (AVX2's masked stores are slow on Zen 3) in the Winograd output tra
 MAX_COALESCED = 4
 """The most dims of extent 2 or more merged into one loop. isl rebuilds each dim's value
 from the merged loop's (its AST's call arguments, our access indices), and that inverse
-grows some 3x per merged dim, and faster for dims of 2: a Relu over [2]*10, all merged,
-never finished compiling. Four dims cover an NCHW tensor; dims of extent 1 cost nothing."""
+grows with every merged dim (docs/measurements.md, 'Compile work bounded in rank and in
+steps'). Four dims cover an NCHW tensor; dims of extent 1 cost nothing."""
 
 
 def loop_nest(stmt: Statement, buffers: Mapping[str, Buffer], keep: str | None = None) -> LoopNest:
