@@ -108,9 +108,9 @@ def emit_kernel(
         arg.name = "buf_" + "".join(c if c.isalnum() else "_" for c in buf)[:40]
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     ast = build_ast(schedule, dict(buffers))
-    walker = _KernelWalker(builder, ast, dict(zip(names, fn.args, strict=True)), buffers, width)
+    pointers = dict(zip(names, fn.args, strict=True))
+    walker = _KernelWalker(builder, ast, pointers, buffers, width, checks=checks)
     walker.panels = dict(schedule.panels)
-    walker.checks = checks
     walker.node(ast.root, {})
     builder.ret_void()
     return fn
@@ -123,7 +123,9 @@ def has_checks(schedule: KernelSchedule, enabled: bool = True) -> bool:
 
 
 class _KernelWalker:
-    def __init__(self, builder: ir.IRBuilder, ast: KernelAst, pointers, buffers, width: int):
+    def __init__(
+        self, builder: ir.IRBuilder, ast: KernelAst, pointers, buffers, width: int, *, checks=True
+    ):
         self.b = builder
         self.ast = ast
         self.pointers = pointers
@@ -133,7 +135,7 @@ class _KernelWalker:
         """B -> its panel copy (KernelSchedule.panels)."""
         self.checked: dict[Checked, ir.Value] = {}
         """The checks of the statement being evaluated, emitted (see :meth:`check`)."""
-        self.checks = True
+        self.checks = checks
         """Whether a Checked is tested, or only its value emitted."""
 
     # ---- AST nodes ------------------------------------------------------------------
@@ -253,9 +255,8 @@ class _KernelWalker:
         cb = ir.IRBuilder(core.append_basic_block("entry"))
         pointers = {name: a for (name, _), a in zip(free[:count], core.args[:count], strict=True)}
         env = {name: a for (name, _), a in zip(free[count:], core.args[count:-2], strict=True)}
-        inner = _KernelWalker(cb, self.ast, pointers, self.buffers, self.width)
+        inner = _KernelWalker(cb, self.ast, pointers, self.buffers, self.width, checks=self.checks)
         inner.panels = self.panels
-        inner.checks = self.checks
         inner.loop(node, env, core.args[-2], last=core.args[-1])
         cb.ret_void()
 
