@@ -1,7 +1,9 @@
 """``InferenceSession``: onnxruntime's surface over polyonnx-compiled native code.
 
-Models with symbolic input dims are compiled once per distinct input shape (shape
-specialisation: constant trip counts make better loops) and the result is cached. Code
+A model that keeps its samples apart along a symbolic dim (its batch; frontend/batch.py
+proves it) is compiled once, for one sample, and runs any batch size in blocks
+(runtime/blocks.py). Other symbolic input dims are compiled once per distinct input shape
+(shape specialisation: constant trip counts make better loops) and cached. Code
 laid out for where an input's data starts past a cache line (a one-row MatMul's big B,
 krnl/ops/matmul.py's INPUT_OFFSET) is compiled once per start met, too.
 Every input is validated — name, dtype, rank, shape — before native code runs.
@@ -35,11 +37,13 @@ from polyonnx.errors import (
     ValueRequiredError,
     describe,
 )
+from polyonnx.frontend.batch import SIZES, NotBatched, batch_plan
 from polyonnx.frontend.graph import Dim, Graph, Value
 from polyonnx.frontend.limits import Limits
 from polyonnx.frontend.load import load_graph, load_model, model_digest
 from polyonnx.krnl.lower import supported_ops
 from polyonnx.runtime.arguments import flag, model_argument, path_option, thread_count
+from polyonnx.runtime.blocks import Blocked, first_block
 from polyonnx.runtime.cache import CompileCache, cache_key, enabled_by_default
 from polyonnx.runtime.compiled import (
     CompiledModel,
@@ -127,6 +131,12 @@ class InferenceSession:
         self._limits = _checked_limits(limits)
         self._inputs: dict[str, tuple[Value, np.dtype, tuple | None]] | None = None
         self._compiled: dict[tuple, CompiledModel | LibraryModel] = {}
+        self._blocked: dict[tuple, Blocked | None] = {}
+        """Per batch symbol and the other dims: the model run in blocks, or None."""
+        self.not_blocked: dict[str, str] = {}
+        """Per symbolic dim tried as a batch and refused: why (frontend/batch.py)."""
+        self.compile_count = 0
+        """How many specialisations were compiled or loaded from the compile cache."""
         self._last: CompiledModel | LibraryModel | None = None
         """The specialisation that ran last (whose profile ``kernel_profile`` reads)."""
         self._value_inputs: list[str] = []
@@ -191,6 +201,7 @@ class InferenceSession:
         of ``feed``, loaded only when the compile cache does not have its code), else
         compiled (and stored there)."""
         offsets = self._offsets(feed)
+        self.compile_count += 1
         key = None
         if self._cache is not None:
             key = self._cache_key(feed, offsets)
@@ -216,12 +227,15 @@ class InferenceSession:
             self._cache.store(key, compiled.cache_entry())
         return compiled
 
-    def _specialised(self, feed: Mapping[str, np.ndarray]) -> Graph:
-        """The model's graph for ``feed``'s shapes and its value inputs' values."""
+    def _specialised(
+        self, feed: Mapping[str, np.ndarray], shapes: Mapping[str, tuple] | None = None
+    ) -> Graph:
+        """The model's graph for ``feed``'s shapes (or ``shapes``) and its value inputs'
+        values."""
         return load_graph(
             self._model,
             supported_ops=supported_ops(),
-            input_shapes={name: tuple(array.shape) for name, array in feed.items()},
+            input_shapes=shapes or {name: tuple(array.shape) for name, array in feed.items()},
             input_values={name: feed[name] for name in self._value_inputs},
             checked=True,
             limits=self._limits,
@@ -275,7 +289,7 @@ class InferenceSession:
                 f"given {describe(run_options)}"
             )
         feed = self.validate(input_feed)
-        self._last = self._specialisation(feed)
+        self._last = self._runner(feed)
         results = self._last.run(feed)
         return [results[n] for n in names]
 
@@ -308,6 +322,58 @@ class InferenceSession:
         first use and cached; ``input_feed`` is checked as :meth:`run` checks it."""
         return self._specialisation(self.validate(input_feed))
 
+    def runner_for(self, input_feed: Mapping[str, np.ndarray]) -> CompiledModel | Blocked:
+        """What runs these inputs: a model run in blocks along its batch (runtime/blocks.py)
+        or the native code specialised to their shapes."""
+        return self._runner(self.validate(input_feed))
+
+    def _runner(self, feed: Mapping[str, np.ndarray]) -> CompiledModel | Blocked:
+        """What runs ``feed``: the model in blocks along its batch where it can be, else
+        the specialisation to ``feed``'s shapes."""
+        if self._static or self._model is None or self._value_inputs:
+            return self._specialisation(feed)
+        for symbol in self._symbols():
+            if not _size_of(self.graph.inputs, feed, symbol):
+                continue  # no sample: no block to run
+            key = (symbol, _resized(self.graph.inputs, feed, symbol, None))
+            if key not in self._blocked:
+                self._blocked[key] = self._block(feed, symbol)
+            blocked = self._blocked[key]
+            if blocked is not None and blocked.samples(feed):
+                return blocked
+        return self._specialisation(feed)
+
+    def _symbols(self) -> list[str]:
+        """The symbolic input dims, those that lead an input first."""
+        dims = [(axis > 0, d) for v in self.graph.inputs for axis, d in enumerate(v.shape)]
+        dims.sort(key=lambda pair: pair[0])
+        return list(dict.fromkeys(d for _, d in dims if isinstance(d, str)))
+
+    def _block(self, feed: Mapping[str, np.ndarray], symbol: str) -> Blocked | None:
+        """The model compiled for one sample along ``symbol``, run in blocks; None (and
+        why in ``not_blocked``) where the graph mixes samples along it."""
+        graphs = []
+        names = [v.name for v in self.graph.inputs]
+        for size in SIZES:
+            sized = _resized(self.graph.inputs, feed, symbol, size)
+            shapes = dict(zip(names, sized, strict=True))
+            try:
+                graphs.append(self._specialised(feed, shapes))
+            except PolyonnxError as exc:  # e.g. a shape only valid at the given size
+                self.not_blocked[symbol] = f"the model does not load at {size} samples: {exc}"
+                return None
+        try:
+            plan = batch_plan(symbol, tuple(graphs))
+        except NotBatched as exc:
+            self.not_blocked[symbol] = str(exc)
+            return None
+        model = self._specialisation(first_block(plan, feed))
+        if self._value_inputs:
+            self.not_blocked[symbol] = "lowering needs the values of inputs"
+            return None
+        laid_out = model.abi.input_offsets if isinstance(model, CompiledModel) else {}
+        return Blocked(plan, model, frozenset(laid_out))
+
     def _specialisation(self, feed: Mapping[str, np.ndarray]) -> CompiledModel:
         """:meth:`compiled_for` of a feed :meth:`validate` returned."""
         key = self._key(feed)
@@ -334,7 +400,7 @@ class InferenceSession:
                 "this session does not profile; create it with InferenceSession(..., profile=True)"
             )
         if input_feed is not None:
-            return self.compiled_for(input_feed).kernel_profile()
+            return self.runner_for(input_feed).kernel_profile()
         compiled = self._last or next(iter(self._compiled.values()), None)
         if compiled is None:
             raise PolyonnxError("nothing has been compiled yet: run the session first")
@@ -423,6 +489,23 @@ class InferenceSession:
                 _check_shape(name, value.shape, given.shape, symbols)
             feed[name] = given if given.flags.c_contiguous else np.ascontiguousarray(given)
         return feed
+
+
+def _size_of(inputs: Sequence[Value], feed: Mapping, symbol: str) -> int:
+    """The size ``feed`` gives ``symbol`` (validated: the same in every input)."""
+    for v in inputs:
+        for d, n in zip(v.shape, feed[v.name].shape, strict=True):
+            if d == symbol:
+                return n
+    return 0
+
+
+def _resized(inputs: Sequence[Value], feed: Mapping, symbol: str, size: int | None) -> tuple:
+    """``feed``'s shapes with the dims of ``symbol`` made ``size``."""
+    return tuple(
+        tuple(size if d == symbol else n for d, n in zip(v.shape, feed[v.name].shape, strict=True))
+        for v in inputs
+    )
 
 
 def _check_names(input_feed: Mapping, expected: list[str]) -> None:

@@ -1,0 +1,125 @@
+"""Running a model in blocks along its batch: one compile for every batch size.
+
+frontend/batch.py proves that a model keeps its samples apart along a symbolic dim. Such
+a model is compiled once for a block of ``BLOCK`` samples, and a run of N samples is N /
+BLOCK calls of that code on slices of the inputs, each writing its slice of the outputs.
+A block of one sample was as fast as the code specialised to the whole batch, or faster,
+on the CNNs measured (docs/measurements.md, 'Batches run in blocks'), so one size serves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from polyonnx.aligned import aligned_empty
+from polyonnx.frontend.batch import Batched, BatchPlan
+
+BLOCK = 1
+"""Samples per block (docs/measurements.md, 'Batches run in blocks')."""
+
+
+class Runnable:
+    """What runs a validated feed: a CompiledModel or a LibraryModel."""
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """``model``, compiled for ``BLOCK`` samples, run over a batch of any size.
+    ``aligned``: inputs whose code is laid out for where their data starts, copied to
+    fresh storage for each block (a slice would start elsewhere)."""
+
+    plan: BatchPlan
+    model: Runnable
+    aligned: frozenset[str] = frozenset()
+
+    def samples(self, feed: Mapping[str, np.ndarray]) -> int:
+        """The batch size of ``feed`` (validated: every batched input agrees)."""
+        for name, batch in self.plan.inputs.items():
+            if batch is not None:
+                return feed[name].shape[batch.axis] // batch.factor
+        raise AssertionError("a plan has a batched input")
+
+    def run(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        total = self.samples(feed)
+        if total == BLOCK:
+            return self.model.run(feed)
+        results: dict[str, np.ndarray] = {}
+        for start in range(0, total, BLOCK):
+            part = self.model.run(self.block_feed(feed, start))
+            if not results:
+                results = {n: _full(a, self.plan.outputs[n], total) for n, a in part.items()}
+            for name, array in part.items():
+                batch = self.plan.outputs[name]
+                if batch is not None:
+                    _split(results[name], batch)[_rows(batch, start)] = _split(array, batch)
+        return results
+
+    def block_feed(self, feed: Mapping[str, np.ndarray], start: int) -> dict[str, np.ndarray]:
+        """The inputs of the block of samples from ``start``: C-contiguous slices."""
+        block = {}
+        for name, array in feed.items():
+            batch = self.plan.inputs[name]
+            if batch is None:
+                block[name] = array
+                continue
+            part = _block_of(array, batch, start)
+            if name in self.aligned or not part.flags.c_contiguous:
+                part = _copy(part)
+            block[name] = part
+        return block
+
+    def kernel_profile(self):
+        return self.model.kernel_profile()
+
+    def reset_profile(self) -> None:
+        self.model.reset_profile()
+
+
+def first_block(plan: BatchPlan, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The first block's inputs, every batched one in fresh aligned storage (so that code
+    laid out for where an input starts is laid out for where every block's copy does)."""
+    block = {}
+    for name, array in feed.items():
+        batch = plan.inputs[name]
+        block[name] = array if batch is None else _copy(_block_of(array, batch, 0))
+    return block
+
+
+def _block_of(array: np.ndarray, batch: Batched, start: int) -> np.ndarray:
+    """The samples ``start`` to ``start + BLOCK`` of ``array`` (a view where it can be)."""
+    part = _split(array, batch)[_rows(batch, start)]
+    shape = list(array.shape)
+    shape[batch.axis] = BLOCK * batch.factor
+    return part.reshape(shape)
+
+
+def _split(array: np.ndarray, batch: Batched) -> np.ndarray:
+    """A view of ``array`` with the batch's axis split into (outer, samples x rows)."""
+    shape, axis = array.shape, batch.axis
+    return array.reshape((*shape[:axis], batch.outer, -1, *shape[axis + 1 :]))
+
+
+def _rows(batch: Batched, start: int) -> tuple[slice, ...]:
+    """Samples ``start`` to ``start + BLOCK`` of an array ``_split`` along ``batch``."""
+    rows = slice(start * batch.rows, (start + BLOCK) * batch.rows)
+    return (slice(None),) * (batch.axis + 1) + (rows,)
+
+
+def _full(part: np.ndarray, batch: Batched | None, total: int) -> np.ndarray:
+    """The output for ``total`` samples, of which ``part`` is the first block's."""
+    if batch is None:
+        return part
+    shape = list(part.shape)
+    shape[batch.axis] = total * batch.factor
+    return aligned_empty(tuple(shape), part.dtype)
+
+
+def _copy(part: np.ndarray) -> np.ndarray:
+    out = aligned_empty(part.shape, part.dtype)
+    out[...] = part
+    return out
