@@ -9,13 +9,15 @@ on the CNNs measured (docs/measurements.md, 'Batches run in blocks'), so one siz
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from polyonnx.aligned import aligned_empty
-from polyonnx.frontend.batch import Batched, BatchPlan
+from polyonnx.errors import PolyonnxError
+from polyonnx.frontend.batch import SIZES, Batched, BatchPlan, NotBatched, batch_plan
+from polyonnx.frontend.graph import Graph, Value
 
 BLOCK = 1
 """Samples per block (docs/measurements.md, 'Batches run in blocks')."""
@@ -78,6 +80,43 @@ class Blocked:
 
     def reset_profile(self) -> None:
         self.model.reset_profile()
+
+
+def plan_along(
+    symbol: str,
+    inputs: Sequence[Value],
+    shapes: Mapping[str, tuple],
+    specialise: Callable[[Mapping[str, tuple]], Graph],
+) -> BatchPlan | str:
+    """The plan for running a model in blocks along ``symbol``, its other dims as in
+    ``shapes`` (``specialise`` loads the model's graph for given input shapes), or why it
+    cannot run so."""
+    graphs = []
+    for size in SIZES:
+        sized = resized(inputs, shapes, symbol, size)
+        try:
+            graphs.append(specialise(dict(zip([v.name for v in inputs], sized, strict=True))))
+        except PolyonnxError as exc:  # e.g. a Reshape target valid at one batch size only
+            return f"the model does not load at {size} samples: {exc}"
+    try:
+        return batch_plan(symbol, (graphs[0], graphs[1]))
+    except NotBatched as exc:
+        return str(exc)
+
+
+def resized(inputs: Sequence[Value], shapes: Mapping, symbol: str, size: int | None) -> tuple:
+    """The input shapes of ``shapes`` (arrays or shapes, by name) with the dims of
+    ``symbol`` made ``size``."""
+    return tuple(
+        tuple(
+            size if d == symbol else n for d, n in zip(v.shape, _shape(shapes[v.name]), strict=True)
+        )
+        for v in inputs
+    )
+
+
+def _shape(given) -> tuple:
+    return tuple(given.shape) if isinstance(given, np.ndarray) else tuple(given)
 
 
 def first_block(plan: BatchPlan, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -23,7 +23,7 @@ import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Protocol
 
 import numpy as np
@@ -37,13 +37,12 @@ from polyonnx.errors import (
     ValueRequiredError,
     describe,
 )
-from polyonnx.frontend.batch import SIZES, NotBatched, batch_plan
 from polyonnx.frontend.graph import Dim, Graph, Value
 from polyonnx.frontend.limits import Limits
 from polyonnx.frontend.load import load_graph, load_model, model_digest
 from polyonnx.krnl.lower import supported_ops
 from polyonnx.runtime.arguments import flag, model_argument, path_option, thread_count
-from polyonnx.runtime.blocks import Blocked, first_block
+from polyonnx.runtime.blocks import Blocked, first_block, plan_along, resized
 from polyonnx.runtime.cache import CompileCache, cache_key, enabled_by_default
 from polyonnx.runtime.compiled import (
     CompiledModel,
@@ -335,7 +334,7 @@ class InferenceSession:
         for symbol in self._symbols():
             if not _size_of(self.graph.inputs, feed, symbol):
                 continue  # no sample: no block to run
-            key = (symbol, _resized(self.graph.inputs, feed, symbol, None))
+            key = (symbol, resized(self.graph.inputs, feed, symbol, None))
             if key not in self._blocked:
                 self._blocked[key] = self._block(feed, symbol)
             blocked = self._blocked[key]
@@ -352,20 +351,10 @@ class InferenceSession:
     def _block(self, feed: Mapping[str, np.ndarray], symbol: str) -> Blocked | None:
         """The model compiled for one sample along ``symbol``, run in blocks; None (and
         why in ``not_blocked``) where the graph mixes samples along it."""
-        graphs = []
-        names = [v.name for v in self.graph.inputs]
-        for size in SIZES:
-            sized = _resized(self.graph.inputs, feed, symbol, size)
-            shapes = dict(zip(names, sized, strict=True))
-            try:
-                graphs.append(self._specialised(feed, shapes))
-            except PolyonnxError as exc:  # e.g. a shape only valid at the given size
-                self.not_blocked[symbol] = f"the model does not load at {size} samples: {exc}"
-                return None
-        try:
-            plan = batch_plan(symbol, tuple(graphs))
-        except NotBatched as exc:
-            self.not_blocked[symbol] = str(exc)
+        shapes = {name: array.shape for name, array in feed.items()}
+        plan = plan_along(symbol, self.graph.inputs, shapes, partial(self._specialised, feed))
+        if isinstance(plan, str):
+            self.not_blocked[symbol] = plan
             return None
         model = self._specialisation(first_block(plan, feed))
         if self._value_inputs:
@@ -498,14 +487,6 @@ def _size_of(inputs: Sequence[Value], feed: Mapping, symbol: str) -> int:
             if d == symbol:
                 return n
     return 0
-
-
-def _resized(inputs: Sequence[Value], feed: Mapping, symbol: str, size: int | None) -> tuple:
-    """``feed``'s shapes with the dims of ``symbol`` made ``size``."""
-    return tuple(
-        tuple(size if d == symbol else n for d, n in zip(v.shape, feed[v.name].shape, strict=True))
-        for v in inputs
-    )
 
 
 def _check_names(input_feed: Mapping, expected: list[str]) -> None:
