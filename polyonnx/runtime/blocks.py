@@ -18,6 +18,7 @@ from polyonnx.aligned import aligned_empty
 from polyonnx.errors import PolyonnxError
 from polyonnx.frontend.batch import SIZES, Batched, BatchPlan, NotBatched, batch_plan
 from polyonnx.frontend.graph import Graph, Value
+from polyonnx.runtime.compiled import CompiledModel
 
 BLOCK = 1
 """Samples per block (docs/measurements.md, 'Batches run in blocks')."""
@@ -50,6 +51,9 @@ class Blocked:
         total = self.samples(feed)
         if total == BLOCK:
             return self.model.run(feed)
+        direct = self._direct(feed, total)
+        if direct is not None:
+            return direct
         results: dict[str, np.ndarray] = {}
         for start in range(0, total, BLOCK):
             part = self.model.run(self.block_feed(feed, start))
@@ -59,6 +63,33 @@ class Blocked:
                 batch = self.plan.outputs[name]
                 if batch is not None:
                     _split(results[name], batch)[_rows(batch, start)] = _split(array, batch)
+        return results
+
+    def _direct(self, feed: Mapping[str, np.ndarray], total: int) -> dict | None:
+        """The outputs, computed by the native code one sample after another on the
+        inputs' and outputs' own storage, where every sample's data is contiguous in it;
+        else None (run block by block through copies)."""
+        model = self.model
+        if not isinstance(model, CompiledModel) or model.copies_outputs or self.aligned:
+            return None
+        arrays: dict[str, tuple[np.ndarray, int]] = {}
+        for name, array in feed.items():
+            batch = self.plan.inputs[name]
+            if batch is not None and not _contiguous(array.shape, batch):
+                return None
+            arrays[name] = (array, array.nbytes // total if batch is not None else 0)
+        results = {}
+        for port in model.abi.outputs:
+            batch = self.plan.outputs.get(port.name)
+            if port.name in results:
+                continue
+            if batch is None or not _contiguous(port.shape, batch):
+                return None
+            shape = list(port.shape)
+            shape[batch.axis] *= total
+            results[port.name] = aligned_empty(tuple(shape), np.dtype(port.dtype))
+            arrays[port.name] = (results[port.name], results[port.name].nbytes // total)
+        model.run_samples(arrays, total)
         return results
 
     def block_feed(self, feed: Mapping[str, np.ndarray], start: int) -> dict[str, np.ndarray]:
@@ -80,6 +111,11 @@ class Blocked:
 
     def reset_profile(self) -> None:
         self.model.reset_profile()
+
+
+def _contiguous(shape: Sequence[int], batch: Batched) -> bool:
+    """Whether each sample's data is one run of ``shape``'s row-major storage."""
+    return batch.outer == 1 and all(d == 1 for d in shape[: batch.axis])
 
 
 def plan_along(

@@ -482,6 +482,30 @@ class CompiledModel:
             results[name] = np.array(given if given is not None else self.constants[source])
         return results
 
+    @property
+    def copies_outputs(self) -> bool:
+        """Whether some output is an input or a constant, copied rather than computed."""
+        return bool(self._passed)
+
+    def run_samples(self, arrays: Mapping[str, tuple[np.ndarray, int]], count: int) -> None:
+        """Run ``count`` times on ``arrays`` (every input and output: name -> the array and
+        how many bytes on it the n-th run starts), the n-th at n times that: a batch run one
+        sample at a time where each sample's data is contiguous (runtime/blocks.py). Outputs
+        the model copies (``_passed``) are not written; a failed check raises RunError."""
+        ports = [(i, name) for i, name in self._inputs]
+        ports += [(i, name) for i, name, _, _ in self._outputs]
+        bases = [(i, address(arrays[name][0]), arrays[name][1]) for i, name in ports]
+        slots = self._slots
+        with self._lock:
+            for n in range(count):
+                for i, base, step in bases:
+                    slots[i] = base + n * step
+                self._entry(slots)
+                site, value = int(self._errors[0]), int(self._errors[1])
+                if site:
+                    self._errors[:] = 0
+                    raise RunError(self.abi.failure(site, value))
+
     def _output_array(self, name: str, shape, dtype) -> tuple[np.ndarray, int]:
         """An array for output ``name`` and its address: a kept one that only the model
         references, or a new one, kept in place of the oldest (see ``KEPT_OUTPUTS``)."""

@@ -53,6 +53,8 @@ from polyonnx.runtime.compiled import (
 from polyonnx.runtime.library import LibraryModel, is_library
 from polyonnx.target import Target, host_target, llvm_version
 
+RECENT = 256
+"""How many feed shapes a session remembers the runner of."""
 ORT_TYPES = {"float32": "float", "float64": "double"}
 
 
@@ -132,6 +134,8 @@ class InferenceSession:
         self._compiled: dict[tuple, CompiledModel | LibraryModel] = {}
         self._blocked: dict[tuple, Blocked | None] = {}
         """Per batch symbol and the other dims: the model run in blocks, or None."""
+        self._recent: dict[tuple, Blocked] = {}
+        """The runner of the shapes of a feed (in the inputs' order), once found."""
         self.not_blocked: dict[str, str] = {}
         """Per symbolic dim tried as a batch and refused: why (frontend/batch.py)."""
         self.compile_count = 0
@@ -331,6 +335,10 @@ class InferenceSession:
         the specialisation to ``feed``'s shapes."""
         if self._static or self._model is None or self._value_inputs:
             return self._specialisation(feed)
+        shapes = tuple(array.shape for array in feed.values())
+        blocked = self._recent.get(shapes)
+        if blocked is not None:
+            return blocked
         for symbol in self._symbols():
             if not _size_of(self.graph.inputs, feed, symbol):
                 continue  # no sample: no block to run
@@ -339,6 +347,9 @@ class InferenceSession:
                 self._blocked[key] = self._block(feed, symbol)
             blocked = self._blocked[key]
             if blocked is not None and blocked.samples(feed):
+                if len(self._recent) >= RECENT:
+                    self._recent.clear()
+                self._recent[shapes] = blocked
                 return blocked
         return self._specialisation(feed)
 
