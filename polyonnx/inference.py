@@ -19,6 +19,7 @@ OPTIONS = {
     "cache": "True, False or a directory",
     "limits": "a polyonnx.frontend.limits.Limits",
     "checks": "True or False",
+    "specialize": "symbolic dim name -> list of sizes",
 }
 """The keywords passed on to the runtime's session, and what each takes."""
 

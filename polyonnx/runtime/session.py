@@ -51,6 +51,7 @@ from polyonnx.runtime.compiled import (
     compile_program,
 )
 from polyonnx.runtime.library import LibraryModel, is_library
+from polyonnx.runtime.special import Specialised, specialize_argument
 from polyonnx.target import Target, host_target, llvm_version
 
 RECENT = 256
@@ -108,6 +109,7 @@ class InferenceSession:
         cache: bool | str | os.PathLike | None = None,
         limits: Limits | None = None,
         checks: bool = True,
+        specialize: Mapping[str, Sequence[int]] | None = None,
     ):
         """``model``: an ONNX model (path, bytes or proto), a ``polyonnx.Program``, or a
         library written by ``polyonnx compile`` (``.../libNAME.so``: loaded, not compiled).
@@ -120,13 +122,17 @@ class InferenceSession:
         POLYONNX_CACHE=off. ``limits``: the size budget the model must fit in
         (docs/limits.md; by default Limits.from_env()). ``checks``: native code checks
         user-given indices and integer divisors and raises RunError (docs/ops.md); False
-        compiles them out (bad values are then clamped or divide to 0). Every argument is
+        compiles them out (bad values are then clamped or divide to 0). ``specialize``:
+        symbolic dim name -> sizes whose code is compiled, in the background, specialised
+        to them (runtime/special.py); other sizes run one compile in blocks. Every argument is
         checked first: a bad model raises ModelError, any other bad argument ArgumentError."""
         model_argument(model)
         self.threads = thread_count(threads)
         self._target = _checked_target(target)
         self.profiling = flag("profile", profile)
         self.checks = flag("checks", checks)
+        self._specialize = specialize_argument(specialize)
+        self._special = Specialised(self._compile_special)
         records = _checked_records(records)
         cache = path_option("cache", cache, directory=True)
         self._limits = _checked_limits(limits)
@@ -134,6 +140,8 @@ class InferenceSession:
         self._compiled: dict[tuple, CompiledModel | LibraryModel] = {}
         self._blocked: dict[tuple, Blocked | None] = {}
         """Per batch symbol and the other dims: the model run in blocks, or None."""
+        self._valid_shapes: set[tuple] = set()
+        """Input shapes (in the inputs' order) validated before: their symbols agree."""
         self._recent: dict[tuple, Blocked] = {}
         """The runner of the shapes of a feed (in the inputs' order), once found."""
         self.not_blocked: dict[str, str] = {}
@@ -338,7 +346,7 @@ class InferenceSession:
         shapes = tuple(array.shape for array in feed.values())
         blocked = self._recent.get(shapes)
         if blocked is not None:
-            return blocked
+            return self._special.get(shapes) or blocked
         for symbol in self._symbols():
             if not _size_of(self.graph.inputs, feed, symbol):
                 continue  # no sample: no block to run
@@ -350,6 +358,8 @@ class InferenceSession:
                 if len(self._recent) >= RECENT:
                     self._recent.clear()
                 self._recent[shapes] = blocked
+                if _size_of(self.graph.inputs, feed, symbol) in self._specialize.get(symbol, ()):
+                    self._special.start(feed)
                 return blocked
         return self._specialisation(feed)
 
@@ -373,6 +383,16 @@ class InferenceSession:
             return None
         laid_out = model.abi.input_offsets if isinstance(model, CompiledModel) else {}
         return Blocked(plan, model, frozenset(laid_out))
+
+    def _compile_special(self, feed: Mapping[str, np.ndarray]) -> CompiledModel:
+        """The specialisation of ``feed``'s shapes, for the background tier (not kept in
+        ``_compiled``, which runs read)."""
+        return self._compile(None, feed)
+
+    def wait_for_specializations(self, timeout: float | None = None) -> bool:
+        """Wait for the background compiles of ``specialize`` started so far; whether all
+        have finished. Runs never need to: they go on in blocks meanwhile."""
+        return self._special.wait(timeout)
 
     def _specialisation(self, feed: Mapping[str, np.ndarray]) -> CompiledModel:
         """:meth:`compiled_for` of a feed :meth:`validate` returned."""
@@ -467,19 +487,21 @@ class InferenceSession:
             )
         expected = self._expected()
         if len(input_feed) == len(expected):  # the usual case, checked in a few ns an input
-            feed = {}
+            feed, symbolic = {}, False
             for name, (_, dtype, static) in expected.items():
                 given = input_feed.get(name)
+                symbolic = symbolic or static is None
                 if not (
                     type(given) is np.ndarray
                     and given.dtype == dtype
-                    and given.shape == static
+                    and (given.shape == static or static is None)
                     and given.flags.c_contiguous
                 ):
                     break
                 feed[name] = given
             else:
-                return feed
+                if not symbolic or tuple(a.shape for a in feed.values()) in self._valid_shapes:
+                    return feed
         _check_names(input_feed, list(expected))
         feed: dict[str, np.ndarray] = {}
         symbols: dict[str, tuple[str, int]] = {}
@@ -488,6 +510,9 @@ class InferenceSession:
             if given.shape != static:
                 _check_shape(name, value.shape, given.shape, symbols)
             feed[name] = given if given.flags.c_contiguous else np.ascontiguousarray(given)
+        if len(self._valid_shapes) >= RECENT:
+            self._valid_shapes.clear()
+        self._valid_shapes.add(tuple(a.shape for a in feed.values()))
         return feed
 
 

@@ -140,3 +140,37 @@ def test_training_mode_dropout_is_refused_not_run_as_inference():
     assert mask.all()
     with pytest.raises(polyonnx.LoweringError, match="training mode"):
         sess.run(None, {"x": x, "training": np.array(True)})
+
+
+def _softmax_rows():
+    return _model(
+        [helper.make_node("Softmax", ["x"], ["y"], axis=-1)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 7])],
+        opset=17,
+    )
+
+
+def test_specialize_compiles_chosen_sizes_in_the_background():
+    from polyonnx.runtime.blocks import Blocked
+
+    sess = polyonnx.InferenceSession(_softmax_rows(), cache=False, specialize={"N": [4]})
+    x = np.random.default_rng(0).standard_normal((4, 7)).astype(np.float32)
+    first = sess.run(None, {"x": x})[0]  # runs in blocks while the size-4 code compiles
+    assert isinstance(sess.runner_for({"x": x}), Blocked) or sess.compile_count == 2
+    assert sess.wait_for_specializations(120)
+    assert not isinstance(sess.runner_for({"x": x}), Blocked)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], first, rtol=1e-6, atol=1e-7)
+    sess.run(None, {"x": x[:3]})  # a size not chosen: blocks
+    assert isinstance(sess.runner_for({"x": x[:3]}), Blocked)
+    assert sess.compile_count == 2
+
+
+@pytest.mark.parametrize(
+    "bad", [["N", 4], {"N": 4}, {"N": [0]}, {"N": [True]}, {"N": "4"}, {3: [1]}]
+)
+def test_specialize_is_checked(bad):
+    from polyonnx.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match="specialize"):
+        polyonnx.InferenceSession(_softmax_rows(), specialize=bad)
