@@ -158,9 +158,8 @@ def in_process(name: str, threads: int, batches, engine: str) -> dict:
 def table(name: str, threads: int, batches, found: dict) -> None:
     latency = found["latency"]
     print(f"\n{name}, {threads} thread(s): one session, {found['compiles']} compile(s)")
-    print(
-        "batch | symbolic ms | specialised ms | onnxruntime ms | sym/spec | sym/ort | first-steady s"
-    )
+    columns = ["batch", "symbolic ms", "specialised ms", "onnxruntime ms", "sym/spec"]
+    print(" | ".join([*columns, "sym/ort", "first - steady s"]))
     for b in batches:
         sym, spec, base = (latency[f"{e}/{b}"] for e in ("symbolic", "specialised", "onnxruntime"))
         first = found["first_over_steady"].get(str(b), float("nan"))

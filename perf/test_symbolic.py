@@ -1,0 +1,50 @@
+"""A symbolic batch compiled once (run in blocks, runtime/blocks.py) against the session
+specialised to the batch and against onnxruntime, at batch 4, 1 and 2 threads.
+
+    python -m pytest perf/test_symbolic.py --benchmark-only --benchmark-columns=median,iqr
+
+perf/symbolic_batch.py prints the whole table (batch 1 to 16, first-call costs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from symbolic_batch import feed_for, pinned, symbolic_model
+
+import polyonnx
+
+pytest.importorskip("onnxruntime")
+
+MODELS = ["resnet50", "squeezenet", "torch_encoder"]
+BATCH = 4
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def model(request):
+    return request.param, symbolic_model(request.param)
+
+
+@pytest.mark.parametrize("threads", [1, 2], ids=lambda t: f"{t}t")
+def test_symbolic_batch(benchmark, ort_session, paired, model, threads):
+    name, proto = model
+    feed = feed_for(proto, BATCH)
+    blocked = polyonnx.InferenceSession(proto, threads=threads, cache=False)
+    fixed = polyonnx.InferenceSession(pinned(proto, BATCH), threads=threads, cache=False)
+    got, want = blocked.run(None, feed), fixed.run(None, feed)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert blocked.compile_count == 1
+    benchmark.group = f"symbolic-{name}-b{BATCH}-{threads}t"
+    benchmark.extra_info.update(case=f"symbolic-{name}", impl="polyonnx", threads=threads)
+    benchmark(blocked.run, None, feed)
+    baseline = ort_session(proto, threads)
+    paired(
+        benchmark,
+        lambda: blocked.run(None, feed),
+        {
+            "specialised": lambda: fixed.run(None, feed),
+            "onnxruntime": lambda: baseline.run(None, feed),
+        },
+        threads,
+    )
