@@ -106,6 +106,23 @@ class Blocked:
             block[name] = part
         return block
 
+    @property
+    def abi(self):
+        """The one-sample code's ABI (its ports have one sample's shapes)."""
+        return self.model.abi
+
+    @property
+    def tuned(self) -> tuple[str, ...]:
+        return getattr(self.model, "tuned", ())
+
+    @property
+    def cached(self) -> bool:
+        return getattr(self.model, "cached", False)
+
+    def memory(self):
+        """The one-sample code's memory: the same for every batch size."""
+        return self.model.memory()
+
     def kernel_profile(self):
         return self.model.kernel_profile()
 
@@ -153,6 +170,30 @@ def resized(inputs: Sequence[Value], shapes: Mapping, symbol: str, size: int | N
 
 def _shape(given) -> tuple:
     return tuple(given.shape) if isinstance(given, np.ndarray) else tuple(given)
+
+
+def one_sample_shapes(
+    model, input_shapes: Mapping[str, Sequence[int]] | None = None
+) -> dict[str, tuple[int, ...]] | None:
+    """The input shapes of one sample of ``model``, where the one symbolic dim that
+    ``input_shapes`` leaves is a batch (what a session compiles and runs in blocks, so
+    what tuning measures); None where none or more are left, or it is not a batch."""
+    from polyonnx.frontend.load import load_graph
+    from polyonnx.krnl.lower import supported_ops
+
+    def specialise(shapes):
+        return load_graph(model, supported_ops=supported_ops(), input_shapes=shapes)
+
+    graph = specialise(input_shapes)
+    symbols = {d for v in graph.inputs for d in v.shape if isinstance(d, str)}
+    if len(symbols) != 1:
+        return None
+    (symbol,) = symbols
+    shapes = {v.name: v.shape for v in graph.inputs}
+    if isinstance(plan_along(symbol, graph.inputs, shapes, specialise), str):
+        return None
+    names = [v.name for v in graph.inputs]
+    return dict(zip(names, resized(graph.inputs, shapes, symbol, 1), strict=True))
 
 
 def first_block(plan: BatchPlan, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

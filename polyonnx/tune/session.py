@@ -22,6 +22,7 @@ share of the model's time first, every trial committed to the database as it fin
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Program
+from polyonnx.runtime.blocks import one_sample_shapes
 from polyonnx.runtime.compiled import compile_program, default_schedules, lower_model
 from polyonnx.tune.db import Database, Key, Trial, default_path
 from polyonnx.tune.evaluate import SECONDS, Outcome, Setup, evaluate
@@ -170,6 +172,9 @@ def tune(model: str, options: Options, on_trial: TrialCallback | None = None) ->
     finishes, so an interrupted session loses nothing."""
     start = time.monotonic()
     threads = options.threads or os.cpu_count() or 1
+    one_sample = one_sample_shapes(model, options.shapes)
+    if one_sample is not None:  # a batch runs one sample's code (runtime/blocks.py): tune it
+        options = dataclasses.replace(options, shapes=one_sample)
     program = lower_model(model, options.shapes)
     db_path = options.db or str(default_path(model))
     key = Key.host(threads)
