@@ -27,6 +27,7 @@ from polyonnx.emit.objects import compile_ir, compile_objects
 from polyonnx.emit.pool import pool_module
 from polyonnx.emit.toolchain import find_toolchain
 from polyonnx.errors import CodegenError
+from polyonnx.frontend.batch import Batched, BatchPlan
 from polyonnx.target import Target
 
 WEIGHTS_FILE_BYTES = 2**31
@@ -52,9 +53,12 @@ def write_library(
     directory: str | os.PathLike,
     name: str,
     default_threads: int = 0,
+    batch: BatchPlan | None = None,
 ) -> Library:
     """Compile ``native`` for ``target`` and write DIR/libNAME.so and DIR/NAME.h;
-    ``NAME_open(0)`` takes ``default_threads`` threads (0: one per online core)."""
+    ``NAME_open(0)`` takes ``default_threads`` threads (0: one per online core). ``batch``:
+    ``native`` is one sample of a model run in blocks along it (frontend/batch.py); NAME_run
+    then takes any batch size and runs the entry once per sample."""
     if not NAME.match(name):
         raise CodegenError(f"the library name {name!r} must be a C identifier (letters, digits, _)")
     abi = native.abi
@@ -62,7 +66,7 @@ def write_library(
     out = Path(directory).resolve()
     out.mkdir(parents=True, exist_ok=True)
     toolchain = find_toolchain(target.triple)
-    header_text = header(abi, name)
+    header_text = header(abi, name, batch)
     objects = object_files(native, target)
     with tempfile.TemporaryDirectory(prefix="polyonnx-aot-") as work:
         blob, offsets = _weights_blob(abi, native.constants)
@@ -73,7 +77,8 @@ def write_library(
         names = [f"{name}{i}.o" for i, _ in enumerate(objects)]
         for file, data in zip(names, objects, strict=True):
             (Path(work) / file).write_bytes(data)
-        settings = Settings(offsets, weights_path, to_file, max(int(default_threads), 0))
+        threads = max(int(default_threads), 0)
+        settings = Settings(offsets, weights_path, to_file, threads, batch)
         (Path(work) / f"{name}.c").write_text(c_source(abi, name, header_text, settings))
         library = out / f"lib{name}.so"
         flags = ["-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-Wl,-z,nodelete"]
@@ -123,18 +128,62 @@ def _weights_blob(abi: EntryAbi, constants: Mapping[str, np.ndarray]) -> tuple[b
     return b"".join(parts), offsets
 
 
-def header(abi: EntryAbi, name: str) -> str:
-    """NAME.h: the API's declarations and, in a comment, the model's inputs and outputs."""
+def header(abi: EntryAbi, name: str, batch: BatchPlan | None = None) -> str:
+    """NAME.h: the API's declarations and, in a comment, the model's inputs and outputs
+    (-1 for the batch's dim)."""
+    ins, outs = batches(abi, batch)
     lines = [f"/* {name}: a model compiled by polyonnx. Inputs and outputs, in ONNX order:"]
-    lines += [f" *   input  {i}: {_described(p)}" for i, p in enumerate(abi.inputs)]
-    lines += [f" *   output {i}: {_described(p)}" for i, p in enumerate(abi.outputs)]
+    for kind, ports, batched in (("input ", abi.inputs, ins), ("output", abi.outputs, outs)):
+        for i, (port, b) in enumerate(zip(ports, batched, strict=True)):
+            lines.append(f" *   {kind} {i}: {_described(port, b)}")
+    if batch is not None:
+        lines += [
+            f" * -1 is the batch {_comment(batch.symbol)}, of any size: give input_dims to",
+            f" * {name}_run; {name}_output_dims_for gives the outputs' dims for a batch.",
+        ]
     lines += [" * See docs/deploy.md. */", ""]
     text = resources.files("polyonnx.emit").joinpath("capi/header.h").read_text()
     return "\n".join(lines) + text.replace("PNAME", name).replace("PGUARD", name.upper())
 
 
-def _described(port: Port) -> str:
-    return f"{port.name} {port.dtype} {list(port.shape)} (onnx type {ONNX_TYPES[port.dtype]})"
+def _comment(text: str) -> str:
+    """``text`` quoted for a C comment (which ``*/`` would end)."""
+    return repr(text).replace("*/", "* /")
+
+
+def _described(port: Port, batch: Batched | None = None) -> str:
+    dims = list(reported_dims(port, batch))
+    return f"{port.name} {port.dtype} {dims} (onnx type {ONNX_TYPES[port.dtype]})"
+
+
+def batches(
+    abi: EntryAbi, batch: BatchPlan | None
+) -> tuple[list[Batched | None], list[Batched | None]]:
+    """Each input's and output's batch (None: not batched, or no batch at all)."""
+    if batch is None:
+        return [None] * len(abi.inputs), [None] * len(abi.outputs)
+    return (
+        [batch.inputs.get(p.name) for p in abi.inputs],
+        [batch.outputs.get(p.name) for p in abi.outputs],
+    )
+
+
+def reported_dims(port: Port, batch: Batched | None) -> tuple[int, ...]:
+    """The dims NAME_input_dims and NAME_output_dims report: -1 on the batch's axis."""
+    if batch is None:
+        return tuple(port.shape)
+    return tuple(-1 if axis == batch.axis else d for axis, d in enumerate(port.shape))
+
+
+def _layout(port: Port, batch: Batched | None) -> tuple[int, int, int]:
+    """How one sample lies in ``port``'s data for N samples: (its batch axis, -1 if
+    none; runs of the sample's bytes; bytes a run). Run c of sample n starts at
+    ``(c * N + n) * run_bytes``."""
+    bytes_ = port.size * np.dtype(port.dtype).itemsize
+    if batch is None:
+        return -1, 1, bytes_
+    runs = int(np.prod(port.shape[: batch.axis], dtype=np.int64)) * batch.outer
+    return batch.axis, runs, bytes_ // max(runs, 1)
 
 
 @dataclass(frozen=True)
@@ -147,6 +196,8 @@ class Settings:
     to_file: bool
     """The weights are mapped from ``weights`` at open time, not embedded."""
     default_threads: int
+    batch: BatchPlan | None = None
+    """The model's batch: the library runs its entry once per sample."""
 
 
 def c_source(abi: EntryAbi, name: str, header_text: str, settings: Settings) -> str:
@@ -167,10 +218,19 @@ def c_source(abi: EntryAbi, name: str, header_text: str, settings: Settings) -> 
         "PNAME_WEIGHTS_BYTES": f"{weights.stat().st_size}ULL",
         "PNAME_WEIGHTS_NAME": _c_string(weights.name),
         "PNAME_WEIGHTS_PATH": _c_string(str(weights)),
+        "PNAME_BATCH_NAME": "NULL" if settings.batch is None else _c_string(settings.batch.symbol),
+        "PNAME_RUN_EMPTY": int(_run_empty(abi, settings.batch)),
+        "PNAME_MAX_RANK": max((len(p.shape) for p in (*abi.inputs, *abi.outputs)), default=0) + 1,
     }
     lines = [f"#define {key} {value}" for key, value in defines.items()]
     body = "\n".join(
-        ["#define _GNU_SOURCE 1", header_text, *lines, *_tables(abi, settings.offsets)]
+        [
+            "#define _GNU_SOURCE 1",
+            header_text,
+            *lines,
+            *_tables(abi, settings.offsets),
+            *_batch_tables(abi, settings.batch),
+        ]
     )
     return (body + "\n" + runtime).replace("PNAME", name)
 
@@ -200,6 +260,38 @@ def _tables(abi: EntryAbi, offsets: list[int]) -> list[str]:
         *_check_tables(abi),
     ]
     return lines
+
+
+def _batch_tables(abi: EntryAbi, batch: BatchPlan | None) -> list[str]:
+    """Per input and output: the dims reported (-1 on the batch), and how one sample lies
+    in its data (``_layout``; ``scratch``: copied through a buffer of the session)."""
+    lines = []
+    empty = _run_empty(abi, batch)
+    for kind, ports, batched in zip(("input", "output"), (abi.inputs, abi.outputs),
+                                    batches(abi, batch), strict=True):  # fmt: skip
+        layouts = [_layout(p, b) for p, b in zip(ports, batched, strict=True)]
+        for i, (port, b) in enumerate(zip(ports, batched, strict=True)):
+            dims = ", ".join(f"{d}LL" for d in reported_dims(port, b)) or "0"
+            lines.append(f"static const int64_t {kind}_shown_dims_{i}[] = {{{dims}}};")
+        shown = [f"{kind}_shown_dims_{i}" for i in range(len(ports))]
+        factors = [f"{1 if b is None else b.factor}LL" for b in batched]
+        scratch = [int(axis >= 0 and (runs > 1 or empty)) for axis, runs, _ in layouts]
+        lines += [
+            _array("const int64_t *const", f"{kind}_shown_dims", shown),
+            _array("const int", f"{kind}_batch_axis", [axis for axis, _, _ in layouts]),
+            _array("const int64_t", f"{kind}_runs", [f"{runs}LL" for _, runs, _ in layouts]),
+            _array("const uint64_t", f"{kind}_run_bytes", [f"{n}ULL" for _, _, n in layouts]),
+            _array("const int", f"{kind}_scratch", scratch),
+        ]
+        if kind == "input":  # a sample's rows on the batch's axis
+            lines.append(_array("const int64_t", "input_batch_factor", factors))
+    return lines
+
+
+def _run_empty(abi: EntryAbi, batch: BatchPlan | None) -> bool:
+    """Whether a run of no samples still runs the entry once, on zeros: an output not
+    batched is the same for every sample, and none gives it."""
+    return batch is not None and any(b is None for b in batches(abi, batch)[1])
 
 
 def _check_tables(abi: EntryAbi) -> list[str]:

@@ -5,16 +5,21 @@ at sample n depends only on the inputs' slices at sample n. The model then compu
 N samples, the samples of any split of them into blocks, one after the other; so one
 compile for a block of b samples runs every N (runtime/blocks.py).
 
-The proof reads two specialisations of the graph, at b = 2 and b = 3 (neither 1, which
-broadcasts). A value is *batched* where exactly one dim is 2k in the first and 3k in the
-second: its axis carries k rows per sample, the batch outermost in it. Every node must
-then be independent along its batched axes by the rule for its op (``RULES``); an op
-without a rule, a rule that fails, or two graphs that differ otherwise, and the model is
-not blocked (it is compiled per shape, as before). The rules are sound, not complete.
+The proof reads the graph with the dim left symbolic, and specialised to 2 and 3 samples
+(neither 1, which broadcasts) and to the one sample that is compiled. A value is
+*batched* where exactly one dim is 2k at 2 and 3k at 3: its axis carries k rows per
+sample. Walking the symbolic graph's nodes, a value that folded to a constant at 2 but
+not in the symbolic graph is computed from the batch size (``derived``): it may only size
+an output (a Reshape's target). Every other node must keep samples apart by the rule for
+its op (``RULES``). Last, every value of the one-sample graph must have the shape its
+batch says. An op without a rule, a rule that fails, or graphs that differ otherwise, and
+the model is not blocked (it is compiled per shape, as before). The rules are sound, not
+complete.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -23,8 +28,9 @@ import numpy as np
 
 from polyonnx.frontend.graph import Graph, Node
 
-SIZES = (2, 3)
-"""The two block sizes whose graphs are compared."""
+SIZES = (1, 2, 3)
+"""The sizes the graph is specialised to: the block compiled, and two that show the
+batch (docs above)."""
 
 
 @dataclass(frozen=True)
@@ -59,31 +65,139 @@ class NotBatched(Exception):
     """Why a symbolic dim is not a batch the model can be blocked along."""
 
 
-def batch_plan(symbol: str, graphs: tuple[Graph, Graph]) -> BatchPlan:
-    """The plan for blocking along ``symbol``, proved on the model's graphs specialised to
-    ``SIZES`` samples (otherwise the same); NotBatched says why not."""
-    small, large = graphs
+def batch_plan(symbol: str, symbolic: Graph, sized: tuple[Graph, Graph, Graph]) -> BatchPlan:
+    """The plan for blocking along ``symbol``, proved on the model's graph with the dim
+    symbolic and specialised to ``SIZES`` samples (otherwise the same); NotBatched says why
+    not."""
+    one, small, large = sized
     _same_structure(small, large)
-    observed = {name: _batch_of(small, large, name) for name in small.values}
-    batched: dict[str, Batched | None] = dict.fromkeys(small.constants)
-    derived = set()
-    for name in _batch_derived(small, large):
-        batched[name] = _repeated(small, large, name)
-        if batched[name] is None:
-            derived.add(name)
+    _same_structure(one, small)
+    # values folded away at 2 are typed, and the constants among them known, in the
+    # symbolic graph
+    small = dataclasses.replace(
+        small,
+        values={**symbolic.values, **small.values},
+        constants={**symbolic.constants, **small.constants},
+    )
+    observed = {name: _batch_of(small, large, name) for name in large.values}
+    batched: dict[str, Batched | None] = dict.fromkeys(symbolic.constants)
     for v in small.inputs:
         batched[v.name] = observed[v.name]
-    ctx = Context(batched, observed, derived)
-    for node in small.nodes:
-        _check_node(node, small, ctx)
+    ctx = Context(batched, observed, symbolic.constants, set(), {})
+    nodes = {node.name: node for node in small.nodes}
+    computed = {name for node in small.nodes for name in node.outputs}
+    for node in symbolic.nodes:
+        if node.name in nodes:
+            _check_node(nodes[node.name], small, ctx)
+        elif not any(n in computed for n in node.outputs):  # folded at 2
+            _folded(node, small, ctx)
+        else:
+            raise NotBatched("the graph folds differently at different batch sizes")
     outputs = {v.name: batched.get(v.name) for v in small.outputs}
-    wrong = [name for name in outputs if name in derived]
+    wrong = [name for name in outputs if name in ctx.derived]
     if wrong:
         raise NotBatched(f"output {wrong[0]!r} is computed from the batch size")
     inputs = {v.name: batched[v.name] for v in small.inputs}
     if not any(inputs.values()):
         raise NotBatched(f"no input carries {symbol!r}")
+    _check_one_sample(one, small, ctx)
     return BatchPlan(symbol, MappingProxyType(inputs), MappingProxyType(outputs))
+
+
+def _folded(node: Node, graph: Graph, ctx: Context) -> None:
+    """A node the specialisation folded. From constants alone: a constant. Filling a
+    batch-sized shape with a constant (ConstantOfShape, Expand): the same in every sample,
+    by its rule. Arithmetic on shapes: derived where its entries come from the batch's dim
+    (``_mask``), a constant elsewhere (a head size read off a shape). Otherwise: derived."""
+    _known_inputs(node, ctx)
+    data = [n for i, n in enumerate(node.inputs) if i not in SHAPE_INPUTS.get(node.op_type, ())]
+    for name in node.outputs:
+        ctx.batched[name] = None
+    if not any(ctx.of(n) or n in ctx.derived for n in node.inputs):
+        return
+    if (
+        node.op_type in ("ConstantOfShape", "Expand")
+        and all(n in graph.values for n in (*node.inputs, *node.outputs) if n)
+        and not any(ctx.of(n) or n in ctx.derived for n in data)
+    ):
+        RULES[node.op_type](node, graph, ctx)
+        return
+    mask = _mask(node, graph, ctx)
+    if mask is not None:
+        ctx.masks[node.outputs[0]] = mask
+        if not mask.any():
+            return  # no entry of it comes from the batch size
+    ctx.derived.update(n for n in node.outputs if n)
+
+
+MASKED = frozenset((
+    "Add", "Sub", "Mul", "Div", "Mod", "Pow", "Max", "Min", "Sqrt", "Neg", "Abs", "Floor",
+    "Ceil", "Cast", "Identity", "Equal", "Less", "Greater", "Not", "And", "Or", "Where",
+))  # fmt: skip
+"""Elementwise ops whose entries come from the batch size where an operand's do."""
+
+
+def _mask(node: Node, graph: Graph, ctx: Context) -> np.ndarray | None:
+    """Which entries of a folded shape computation's output depend on the batch size
+    (True), for Shape and the ops exporters compute shapes with; None: unknown."""
+    masks = [ctx.mask_of(n, graph) for n in node.inputs]
+    op = node.op_type
+    try:
+        if op == "Shape":
+            batch = ctx.of(node.inputs[0])
+            rank = len(graph.value(node.inputs[0]).shape) if batch else 0
+            full = np.arange(rank) == (batch.axis if batch else -1)
+            return full[int(node.attr("start", 0)) : node.attr("end")]
+        if any(m is None for m in masks[:1]) or (op in MASKED and None in masks):
+            return None
+        return _mask_of_op(node, lambda n: ctx.constants.get(n, graph.constants.get(n)), masks)
+    except (IndexError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _mask_of_op(node: Node, constant: Callable, masks: list) -> np.ndarray | None:
+    op, first = node.op_type, masks[0]
+    if op in MASKED:
+        return np.logical_or.reduce(np.broadcast_arrays(*masks))
+    if op == "Gather":
+        indices = constant(node.inputs[1])
+        return np.take(first, indices, axis=int(node.attr("axis", 0)))
+    if op in ("Unsqueeze", "Squeeze", "Reshape"):
+        return _reshaped_mask(node, constant, first)
+    if op == "Concat":
+        return np.concatenate(masks, axis=int(node.attr("axis", 0)))
+    if op == "Slice" and first.ndim == 1 and node.input(3) == "" and node.input(4) == "":
+        start, end = (int(constant(node.inputs[i])[0]) for i in (1, 2))
+        return first[start:end]
+    return None
+
+
+def _reshaped_mask(node: Node, constant: Callable, mask: np.ndarray) -> np.ndarray | None:
+    """Unsqueeze, Squeeze and Reshape of a mask, as they would move its entries."""
+    axes = node.attr("axes")
+    if axes is None and node.input(1):
+        axes = constant(node.input(1))
+    if node.op_type == "Reshape":
+        return None if axes is None else mask.reshape([int(d) for d in axes])
+    if node.op_type == "Squeeze":
+        return np.squeeze(mask, axis=None if axes is None else tuple(int(a) for a in axes))
+    return np.expand_dims(mask, tuple(int(a) for a in axes))
+
+
+def _check_one_sample(one: Graph, small: Graph, ctx: Context) -> None:
+    """Every value of the one-sample graph has the shape its batch gives it at 1."""
+    for name, value in small.values.items():
+        if name in ctx.derived or name not in one.values:
+            continue
+        want = list(value.shape)
+        batch = ctx.of(name)
+        if batch is not None:
+            want[batch.axis] = batch.factor
+        if list(one.value(name).shape) != want:
+            raise NotBatched(
+                f"value {name!r} has the shape {list(one.value(name).shape)} for one sample, "
+                f"not {want}: the graph is another one at 1"
+            )
 
 
 def _same_structure(small: Graph, large: Graph) -> None:
@@ -105,36 +219,6 @@ def _equal_attrs(a: Mapping, b: Mapping) -> bool:
     return all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a)
 
 
-def _batch_derived(small: Graph, large: Graph) -> frozenset[str]:
-    """The constants whose values depend on the batch size (folded shapes)."""
-    return frozenset(
-        name
-        for name, array in small.constants.items()
-        if not (
-            array.shape == large.constants[name].shape
-            and np.array_equal(array, large.constants[name])
-        )
-    )
-
-
-def _repeated(small: Graph, large: Graph, name: str) -> Batched | None:
-    """The batch of a constant that is the same block of rows for every sample (the zeros
-    of a ConstantOfShape sized by the batch), else None."""
-    a, b = small.constants[name], large.constants[name]
-    try:
-        batch = _batch_of(small, large, name)
-    except NotBatched:
-        return None
-    if batch is None:
-        return None
-    first = np.take(a, range(batch.rows), axis=batch.axis)
-    for array, size in ((a, SIZES[0]), (b, SIZES[1])):
-        tiled = np.concatenate([first] * size, axis=batch.axis)
-        if not np.array_equal(tiled, array, equal_nan=array.dtype.kind == "f"):
-            return None
-    return batch
-
-
 def _batch_of(small: Graph, large: Graph, name: str) -> Batched | None:
     """The batch of value ``name``: the one dim that is 2k and 3k; None if none differs."""
     a, b = small.value(name).shape, large.value(name).shape
@@ -145,7 +229,7 @@ def _batch_of(small: Graph, large: Graph, name: str) -> Batched | None:
         return None
     axis = differ[0]
     x, y = a[axis], b[axis]
-    small_size, large_size = SIZES
+    _, small_size, large_size = SIZES
     ok = len(differ) == 1 and isinstance(x, int) and isinstance(y, int)
     if not ok or x % small_size or x // small_size * large_size != y:
         raise NotBatched(f"value {name!r}: its shape {list(a)} / {list(b)} is not batch-major")
@@ -166,10 +250,23 @@ class Context:
 
     batched: dict[str, Batched | None]
     observed: Mapping[str, Batched | None]
+    constants: Mapping[str, np.ndarray]
+    """The symbolic graph's constants: values that do not depend on the batch size."""
     derived: set[str]
+    masks: dict[str, np.ndarray]
+    """Derived values of which only some entries come from the batch size: which."""
 
     def of(self, name: str) -> Batched | None:
         return self.batched.get(name) if name else None
+
+    def mask_of(self, name: str, graph: Graph) -> np.ndarray | None:
+        """Which entries of ``name`` come from the batch size (None: unknown)."""
+        if name in self.masks:
+            return self.masks[name]
+        if name in self.derived or self.of(name):
+            return None
+        array = self.constants.get(name, graph.constants.get(name))
+        return None if array is None else np.zeros(np.shape(array), bool)
 
     def seen(self, name: str) -> Batched | None:
         return self.observed.get(name) if name else None
@@ -186,6 +283,7 @@ class Context:
 def _check_node(node: Node, graph: Graph, ctx: Context) -> None:
     """Refuse ``node`` unless its rule holds; values it computes from batch-derived ones
     join ``ctx.derived``."""
+    _known_inputs(node, ctx)
     inputs = [ctx.of(n) for n in node.inputs]
     outputs = [ctx.seen(n) for n in node.outputs if n]
     if not any(inputs) and not any(outputs):
@@ -202,6 +300,14 @@ def _check_node(node: Node, graph: Graph, ctx: Context) -> None:
     if rule is None:
         _refuse(node, "has no rule for running in blocks")
     rule(node, graph, ctx)
+
+
+def _known_inputs(node: Node, ctx: Context) -> None:
+    """Every input must be a graph input, a constant of the symbolic graph or an output
+    of a node walked before (else the graphs were rewritten differently)."""
+    unknown = [n for n in node.inputs if n and n not in ctx.batched]
+    if unknown:
+        _refuse(node, f"reads {unknown[0]!r}, which the graphs compute differently")
 
 
 def _refuse(node: Node, why: str) -> None:
@@ -487,7 +593,8 @@ RULES: dict[str, Rule] = {
     **dict.fromkeys(REDUCE, _axes_op(_reduce_axes)),
     **dict.fromkeys(("Softmax", "LogSoftmax", "Hardmax"), _axes_op(_softmax_axes)),
     **dict.fromkeys(("LayerNormalization", "RMSNormalization"), _axes_op(_trailing_axes)),
-    **dict.fromkeys(("ArgMax", "ArgMin", "TopK"), _axes_op(_axis_attr(0))),
+    **dict.fromkeys(("ArgMax", "ArgMin"), _axes_op(_axis_attr(0))),
+    "TopK": _axes_op(_axis_attr(-1)),
     **dict.fromkeys(("CumSum", "CumProd"), _axes_op(_cumulative_axes)),
     "LpNormalization": _axes_op(_axis_attr(-1)),
     "MeanVarianceNormalization": _axes_op(_mvn_axes),

@@ -116,6 +116,17 @@ def opset_map(model: onnx.ModelProto) -> dict[str, int]:
     return opsets
 
 
+def _as_declared(
+    output: onnx.ValueInfoProto, inputs: Sequence[onnx.ValueInfoProto]
+) -> onnx.ValueInfoProto:
+    """A graph output as the skeleton declares it: an output that is a graph input takes
+    the input's (pinned) type, not its own declared dims."""
+    for info in inputs:
+        if info.name == output.name:
+            return info
+    return output
+
+
 def infer_types(
     model: onnx.ModelProto,
     nodes: Sequence[onnx.NodeProto],
@@ -139,8 +150,11 @@ def infer_types(
         ) from exc
     graph = inferred.graph
     types = {}
+    given = {info.name for info in graph.input}
     for info in [*graph.input, *graph.value_info, *graph.output]:
-        if info.type.WhichOneof("value") is not None:
+        if info.type.WhichOneof("value") is not None and not (
+            info.name in given and info.name in types
+        ):  # an input that is also an output keeps the input's (pinned) type
             types[info.name] = info.type
     return types
 
@@ -164,7 +178,7 @@ def _inference_model(
         nodes,
         model.graph.name or "graph",
         [*inputs, *large],
-        list(model.graph.output),
+        [_as_declared(out, inputs) for out in model.graph.output],
         initializer=[numpy_helper.from_array(v, k) for k, v in small.items()],
         value_info=hints,
     )

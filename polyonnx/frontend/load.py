@@ -204,13 +204,15 @@ def load_graph(
     input_values: Mapping[str, np.ndarray] | None = None,
     checked: bool = False,
     limits: Limits | None = None,
+    merge: bool = True,
 ) -> Graph:
     """Load, check, shape-infer and constant-fold ``model`` into an immutable Graph.
 
     ``input_shapes`` pins graph input dims (to specialise models with symbolic dims);
     ``input_values`` turns graph inputs into constants (to specialise on the values of
     small inputs that decide shapes or axes, e.g. a Reshape's target shape); equal
-    constants and nodes that compute the same are merged (``dedupe.py``);
+    constants and nodes that compute the same are merged (``dedupe.py``; ``merge=False``
+    keeps them apart, so that graphs of one model at different shapes share names);
     ``supported_ops`` (op types, ``"domain.Op"`` outside the default domain) makes every
     op left after folding that is not in it fail in one :class:`UnsupportedOpError`.
     Bad ``input_shapes`` (unknown input, wrong rank, clash with a static dim) raise
@@ -238,7 +240,7 @@ def load_graph(
         _check_supported(folded.nodes, supported_ops)
     graph = _build_graph(proto, [info.name for info in inputs], folded)
     _check_no_strings(graph)
-    return merge_duplicates(graph)
+    return merge_duplicates(graph) if merge else graph
 
 
 def _initializers(graph: onnx.GraphProto, limits: Limits) -> dict[str, np.ndarray]:
@@ -325,7 +327,9 @@ def _pin_inputs(
     ]
 
 
-def _pin_input(info: onnx.ValueInfoProto, shape: Sequence[int]) -> onnx.ValueInfoProto:
+def _pin_input(info: onnx.ValueInfoProto, shape: Sequence[int | str]) -> onnx.ValueInfoProto:
+    """``info`` with the dims of ``shape``: ints pin a dim, a str leaves a symbolic dim
+    symbolic (under that name)."""
     if info.type.WhichOneof("value") != "tensor_type":
         raise InputError(f"input {info.name!r} is not a tensor; its shape cannot be pinned")
     declared = info.type.tensor_type.shape.dim
@@ -335,6 +339,8 @@ def _pin_input(info: onnx.ValueInfoProto, shape: Sequence[int]) -> onnx.ValueInf
             f"input {info.name!r} has rank {len(declared)}, input_shapes gives {list(shape)}"
         )
     for index, size in enumerate(shape):
+        if isinstance(size, str) and not (has_shape and declared[index].HasField("dim_value")):
+            continue
         if not isinstance(size, int | np.integer) or size < 0:
             raise InputError(
                 f"input {info.name!r}: dim {index} must be a non-negative int, got {size!r}"
@@ -349,7 +355,8 @@ def _pin_input(info: onnx.ValueInfoProto, shape: Sequence[int]) -> onnx.ValueInf
                 f"input_shapes gives {size}"
             )
     elem_type = info.type.tensor_type.elem_type
-    return helper.make_tensor_value_info(info.name, elem_type, [int(s) for s in shape])
+    dims = [s if isinstance(s, str) else int(s) for s in shape]
+    return helper.make_tensor_value_info(info.name, elem_type, dims)
 
 
 def _name_nodes(nodes: Iterable[onnx.NodeProto]) -> list[onnx.NodeProto]:

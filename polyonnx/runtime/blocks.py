@@ -142,24 +142,25 @@ def plan_along(
     specialise: Callable[[Mapping[str, tuple]], Graph],
 ) -> BatchPlan | str:
     """The plan for running a model in blocks along ``symbol``, its other dims as in
-    ``shapes`` (``specialise`` loads the model's graph for given input shapes), or why it
-    cannot run so."""
+    ``shapes`` (``specialise`` loads the model's graph for given input shapes, duplicates
+    not merged, so that names agree), or why it cannot run so."""
+    names = [v.name for v in inputs]
     graphs = []
-    for size in SIZES:
+    for size in (symbol, *SIZES):
         sized = resized(inputs, shapes, symbol, size)
         try:
-            graphs.append(specialise(dict(zip([v.name for v in inputs], sized, strict=True))))
+            graphs.append(specialise(dict(zip(names, sized, strict=True))))
         except PolyonnxError as exc:  # e.g. a Reshape target valid at one batch size only
             return f"the model does not load at {size} samples: {exc}"
     try:
-        return batch_plan(symbol, (graphs[0], graphs[1]))
+        return batch_plan(symbol, graphs[0], (graphs[1], graphs[2], graphs[3]))
     except NotBatched as exc:
         return str(exc)
 
 
-def resized(inputs: Sequence[Value], shapes: Mapping, symbol: str, size: int | None) -> tuple:
+def resized(inputs: Sequence[Value], shapes: Mapping, symbol: str, size: int | str | None) -> tuple:
     """The input shapes of ``shapes`` (arrays or shapes, by name) with the dims of
-    ``symbol`` made ``size``."""
+    ``symbol`` made ``size`` (the symbol itself: left symbolic)."""
     return tuple(
         tuple(
             size if d == symbol else n for d, n in zip(v.shape, _shape(shapes[v.name]), strict=True)
@@ -181,10 +182,10 @@ def one_sample_shapes(
     from polyonnx.frontend.load import load_graph
     from polyonnx.krnl.lower import supported_ops
 
-    def specialise(shapes):
-        return load_graph(model, supported_ops=supported_ops(), input_shapes=shapes)
+    def specialise(shapes, merge=False):
+        return load_graph(model, supported_ops=supported_ops(), input_shapes=shapes, merge=merge)
 
-    graph = specialise(input_shapes)
+    graph = specialise(input_shapes, merge=True)
     symbols = {d for v in graph.inputs for d in v.shape if isinstance(d, str)}
     if len(symbols) != 1:
         return None

@@ -239,12 +239,16 @@ class InferenceSession:
         return compiled
 
     def _specialised(
-        self, feed: Mapping[str, np.ndarray], shapes: Mapping[str, tuple] | None = None
+        self,
+        feed: Mapping[str, np.ndarray],
+        shapes: Mapping[str, tuple] | None = None,
+        merge: bool = True,
     ) -> Graph:
         """The model's graph for ``feed``'s shapes (or ``shapes``) and its value inputs'
-        values."""
+        values (``merge``: see load_graph)."""
         return load_graph(
             self._model,
+            merge=merge,
             supported_ops=supported_ops(),
             input_shapes=shapes or {name: tuple(array.shape) for name, array in feed.items()},
             input_values={name: feed[name] for name in self._value_inputs},
@@ -373,7 +377,9 @@ class InferenceSession:
         """The model compiled for one sample along ``symbol``, run in blocks; None (and
         why in ``not_blocked``) where the graph mixes samples along it."""
         shapes = {name: array.shape for name, array in feed.items()}
-        plan = plan_along(symbol, self.graph.inputs, shapes, partial(self._specialised, feed))
+        plan = plan_along(
+            symbol, self.graph.inputs, shapes, partial(self._specialised, feed, merge=False)
+        )
         if isinstance(plan, str):
             self.not_blocked[symbol] = plan
             return None

@@ -9,10 +9,12 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 import polyonnx
 from polyonnx.runtime.library import compile_library
+from tests.runtime.test_library import batch_model
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "examples" / "mlp.onnx"
@@ -91,3 +93,118 @@ def test_c_program_gets_a_status_and_message_for_each_wrong_call(tmp_path):
     assert report["right"].strip() == "0"
     assert "rank 2 dims 8 784 name input type 1 count 1 1" in lines
     assert "out of range (nil) -1" in lines
+
+
+BATCH_CHECKS = r"""
+/* Links libbatch.so (tests/runtime/test_library.py's batch_model) and runs it at several
+ * batch sizes, writing DIR/OUTPUT_N.bin, then calls it the wrong ways. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "batch.h"
+
+static float *filled(size_t count, int seed) {
+    float *x = malloc((count + 1) * sizeof *x);
+    for (size_t i = 0; i < count; i++) x[i] = (float)((i * 7 + (size_t)seed) % 13) * 0.25f - 1.5f;
+    return x;
+}
+
+static int run(batch_session *s, const char *dir, int64_t n, size_t shrink) {
+    int64_t da[] = {n, 4, 5}, dc[] = {3, n, 2}, dw[] = {2, 2};
+    const int64_t *dims[] = {da, da, dc, dw};
+    const void *in[] = {filled(n * 20, 0), filled(n * 20, 1), filled(n * 6, 2), filled(4, 3)};
+    void *out[5];
+    size_t bytes[5];
+    for (int i = 0; i < 5; i++) {
+        int64_t d[3];
+        size_t count = 1;
+        batch_output_dims_for(i, n, d);
+        for (int k = 0; k < batch_output_rank(i); k++) count *= (size_t)d[k];
+        bytes[i] = count * sizeof(float) - (i == 2 ? shrink : 0);
+        out[i] = malloc(count * sizeof(float) + 1);
+    }
+    int status = batch_run(s, in, dims, out, bytes);
+    const char *small = shrink ? " small" : "";
+    printf("run %lld%s: %d %s\n", (long long)n, small, status, batch_error(s));
+    int64_t v[2];
+    batch_run_output_dims(s, 2, v);
+    printf("dims of v %lld%s: %lld %lld\n", (long long)n, small, (long long)v[0], (long long)v[1]);
+    for (int i = 0; i < 5 && !status; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%d_%lld.bin", dir, i, (long long)n);
+        FILE *f = fopen(path, "wb");
+        fwrite(out[i], 1, bytes[i], f);
+        fclose(f);
+    }
+    for (int i = 0; i < 5; i++) free(out[i]);
+    for (int i = 0; i < 4; i++) free((void *)in[i]);
+    return status;
+}
+
+int main(int argc, char **argv) {
+    batch_session *s = batch_open(2);
+    if (!s || argc < 2) return 1;
+    const int64_t *c = batch_input_dims(2);
+    printf("batch %s, c's dims %lld %lld %lld\n", batch_batch_name(), (long long)c[0],
+           (long long)c[1], (long long)c[2]);
+    int64_t v[2];
+    batch_run_output_dims(s, 2, v);
+    printf("dims of v before: %lld %lld\n", (long long)v[0], (long long)v[1]);
+    run(s, argv[1], 2, 0);
+    run(s, argv[1], 5, 0);
+    run(s, argv[1], 0, 0);
+    run(s, argv[1], 2, 4);
+    float x[3 * 20] = {0}, y[3 * 20];
+    int64_t three[] = {3, 4, 5}, two[] = {2, 4, 5}, c3[] = {3, 3, 2}, w[] = {2, 2};
+    const void *in[] = {x, x, x, x};
+    void *out[] = {y, y, y, y, y};
+    size_t bytes[] = {sizeof y, sizeof y, sizeof y, sizeof y, sizeof y};
+    const int64_t *mixed[] = {three, two, c3, w};
+    printf("mixed: %d %s\n", batch_run(s, in, mixed, out, bytes), batch_error(s));
+    printf("no dims: %d %s\n", batch_run(s, in, NULL, out, bytes), batch_error(s));
+    batch_close(s);
+    return 0;
+}
+"""
+
+
+def _filled(shape, seed: int) -> np.ndarray:
+    """What BATCH_CHECKS's filled() makes: exact float32 values."""
+    i = np.arange(int(np.prod(shape)), dtype=np.int64)
+    return (((i * 7 + seed) % 13) * 0.25 - 1.5).astype(np.float32).reshape(shape)
+
+
+def test_c_program_runs_a_batch_library_at_any_batch_size(tmp_path):
+    compile_library(batch_model(), tmp_path, "batch")
+    source = tmp_path / "batch_checks.c"
+    source.write_text(BATCH_CHECKS)
+    program = tmp_path / "batch_checks"
+    subprocess.run(
+        [CC, "-O2", "-Wall", "-I", str(tmp_path), "-o", str(program), str(source),
+         "-L", str(tmp_path), "-lbatch", f"-Wl,-rpath,{tmp_path}"],
+        check=True,
+    )  # fmt: skip
+    lines = subprocess.run([str(program), str(tmp_path)], capture_output=True, text=True,
+                           check=True).stdout  # fmt: skip
+    report = dict(line.split(": ", 1) for line in lines.splitlines() if ": " in line)
+    assert "batch N, c's dims 3 -1 2" in lines
+    assert report["dims of v before"] == "-1 2"
+    for n in (2, 5, 0):
+        assert report[f"run {n}"].strip() == "0"
+        assert report[f"dims of v {n}"] == f"{3 * n} 2"
+    assert report["run 2 small"].startswith(
+        "3 output 2 'v': the buffer has 44 bytes, the output needs 48 (dims [6, 2]"
+    )
+    assert report["dims of v 2 small"] == "0 2"  # the last run whose checks passed
+    assert report["mixed"] == (
+        "2 input 1 'b': dim 0 is the symbolic size 'N', which input 0 'a' gave as 3; here it is 2"
+    )
+    assert report["no dims"] == "2 input 0 'a' has a symbolic dim: give input_dims"
+    reference = ort.InferenceSession(batch_model().SerializeToString())
+    outputs = [o.name for o in reference.get_outputs()]
+    for n in (2, 5, 0):
+        shapes = {"a": (n, 4, 5), "b": (n, 4, 5), "c": (3, n, 2), "w": (2, 2)}
+        feed = {name: _filled(shape, seed) for seed, (name, shape) in enumerate(shapes.items())}
+        for i, want in enumerate(reference.run(None, feed)):
+            got = np.fromfile(tmp_path / f"{i}_{n}.bin", np.float32).reshape(want.shape)
+            np.testing.assert_array_equal(got, want, err_msg=f"{outputs[i]} at {n} samples")

@@ -36,16 +36,22 @@ const char *PNAME_output_name(int i);
 int PNAME_input_type(int i);  /* onnx TensorProto.DataType: 1 float, 7 int64, ... */
 int PNAME_output_type(int i);
 int PNAME_input_rank(int i);
-const int64_t *PNAME_input_dims(int i);  /* -1: a symbolic dim */
+const int64_t *PNAME_input_dims(int i);  /* -1: a symbolic dim, the batch */
 int PNAME_output_rank(int i);
 const int64_t *PNAME_output_dims(int i);
+/* The batch's name: the symbolic dim of any size; NULL if every dim is fixed. */
+const char *PNAME_batch_name(void);
+/* Output i's dims for a batch of `samples` (what the batch's dims give): 0, else
+ * POLYONNX_ERROR_ARGUMENT. */
+int PNAME_output_dims_for(int i, int64_t samples, int64_t *dims);
 
 /* Inputs in ONNX order, dense row-major; input_dims[i] gives input i's dims (or
- * input_dims NULL: as declared). Outputs are written to the caller's buffers of
- * output_bytes[i] bytes. Nothing is read or written unless every check passes. */
+ * input_dims NULL: as declared, where no dim is -1). Every input's batch dim gives the
+ * same batch. Outputs are written to the caller's buffers of output_bytes[i] bytes.
+ * Nothing is read or written unless every check passes. */
 int PNAME_run(PNAME_session *s, const void *const *inputs, const int64_t *const *input_dims,
               void *const *outputs, const size_t *output_bytes);
-int PNAME_run_output_dims(PNAME_session *s, int i, int64_t *dims); /* after a run */
+int PNAME_run_output_dims(PNAME_session *s, int i, int64_t *dims); /* of the last run */
 const char *PNAME_error(PNAME_session *s); /* the last error of s; of PNAME_open for NULL */
 
 #ifdef __cplusplus
