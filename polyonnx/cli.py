@@ -167,7 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         checks=not args.no_checks,
     )
     feed = _inputs(session, args)
-    compiled = session.compiled_for(session.validate(feed))
+    compiled = session.runner_for(feed)
     compile_s = time.perf_counter() - start
     if args.compare_ort and session.graph is None:
         raise PolyonnxError("--compare-ort needs the .onnx model, not a compiled library")
@@ -202,6 +202,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _compiled_how(session, compiled) -> str:
     if session.graph is None:
         return " (a compiled library: loaded, nothing compiled)"
+    plan = getattr(compiled, "plan", None)
+    if plan is not None:
+        return f" (one sample's code, for any {plan.symbol!r}: runtime/blocks.py)"
     if getattr(compiled, "cached", False):
         return " (loaded from the compile cache: polyonnx cache info)"
     return ""

@@ -275,7 +275,7 @@ class Context:
         """Give output ``name`` the batch ``want``, which its shapes must show."""
         seen = self.seen(name)
         shown = None if want is None else Batched(want.axis, want.factor)
-        if seen != shown:
+        if seen != shown and name in self.observed:  # an untyped value: nothing reads it
             _refuse(node, f"does not keep the batch on {name!r}")
         self.batched[name] = want
 
@@ -504,6 +504,14 @@ def _concat(node: Node, graph: Graph, ctx: Context) -> None:
     _outputs_like(node, ctx, want)
 
 
+def _data_batch(node: Node, ctx: Context) -> Batched:
+    """The batch of ``node``'s first input, which must be its only batched one."""
+    got = ctx.of(node.inputs[0])
+    if got is None or any(ctx.of(n) for n in node.inputs[1:]):
+        _refuse(node, "is not batched on its data alone")
+    return got
+
+
 def _split(node: Node, graph: Graph, ctx: Context) -> None:
     got = ctx.of(node.inputs[0])
     axis = int(node.attr("axis", 0)) % _rank(graph, node.inputs[0])
@@ -514,9 +522,7 @@ def _split(node: Node, graph: Graph, ctx: Context) -> None:
 
 def _slice(node: Node, graph: Graph, ctx: Context) -> None:
     """Along other axes only, or the whole batch from 0 with step 1."""
-    got = ctx.of(node.inputs[0])
-    if got is None or any(ctx.of(n) for n in node.inputs[1:]):
-        _refuse(node, "is not batched on its data alone")
+    got = _data_batch(node, ctx)
     rank = _rank(graph, node.inputs[0])
     consts = [graph.constants.get(node.input(i)) for i in range(1, 5)]
     starts, ends, axes, steps = consts
@@ -555,9 +561,7 @@ def _tile(node: Node, graph: Graph, ctx: Context) -> None:
 
 def _quant(node: Node, graph: Graph, ctx: Context) -> None:
     """Q/DQ: a per-axis scale must not be along the batch."""
-    got = ctx.of(node.inputs[0])
-    if got is None or any(ctx.of(n) for n in node.inputs[1:]):
-        _refuse(node, "is not batched on its data alone")
+    got = _data_batch(node, ctx)
     scale = node.input(1)
     rank = _rank(graph, node.inputs[0])
     if _rank(graph, scale) >= 1 and graph.value(scale).shape != (1,):

@@ -176,13 +176,19 @@ MIXING = {
 }
 
 
+def runs_right(m: onnx.ModelProto, sizes):
+    """One session of ``m``, checked against onnxruntime at each batch size of ``sizes``;
+    the session and the feeds."""
+    session = polyonnx.InferenceSession(m, threads=1, cache=False)
+    return session, [check_against_onnxruntime(m, session, n) for n in sizes]
+
+
 @pytest.mark.parametrize("name", list(MIXING))
 def test_mixing_models_are_compiled_per_size(name):
     """Refused with the node that mixes named; each size compiled and right."""
     m = MIXING[name]()
-    session = polyonnx.InferenceSession(m, threads=1, cache=False)
-    for n in (2, 5):
-        feed = check_against_onnxruntime(m, session, n)
+    session, feeds = runs_right(m, (2, 5))
+    for feed in feeds:
         assert not isinstance(session.runner_for(feed), Blocked)
     assert "N" in session.not_blocked
     if name != "range":  # refused where Range's sum is read: the Add
@@ -416,10 +422,7 @@ HOLES = {
 @pytest.mark.parametrize("name", list(HOLES))
 def test_values_of_the_batch_size_agreeing_at_two_and_three(name):
     """Right at 4 and 5 samples, however the session runs them."""
-    m = HOLES[name]()
-    session = polyonnx.InferenceSession(m, threads=1, cache=False)
-    for n in (4, 5):
-        check_against_onnxruntime(m, session, n)
+    runs_right(HOLES[name](), (4, 5))
 
 
 def test_top_k_along_its_default_last_axis_is_blocked():
