@@ -12,6 +12,7 @@ what a caller passes. It is plain data, saved as JSON.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 ONNX_TYPES = {
@@ -66,6 +67,14 @@ class CheckInfo:
         return self.message.replace("{value}", str(value))
 
 
+def failure(checks: Sequence[CheckInfo], site: int, value: int) -> str:
+    """The message of the check ``site`` among ``checks`` that failed on ``value``."""
+    for check in checks:
+        if check.site == site:
+            return check.text(value)
+    return f"run-time check {site} failed on the value {value}"
+
+
 @dataclass(frozen=True)
 class EntryAbi:
     """The slots of a compiled model's entry and its ports."""
@@ -93,10 +102,7 @@ class EntryAbi:
 
     def failure(self, site: int, value: int) -> str:
         """The message of the check ``site`` that failed on ``value``."""
-        for check in self.checks:
-            if check.site == site:
-                return check.text(value)
-        return f"run-time check {site} failed on the value {value}"
+        return failure(self.checks, site, value)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

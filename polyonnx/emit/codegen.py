@@ -50,8 +50,8 @@ from polyonnx.krnl.ir import (
     loads,
     reduce_identity,
 )
-from polyonnx.krnl.islutil import row_major_strides
-from polyonnx.schedule.astgen import Index, Instance, KernelAst, build_ast
+from polyonnx.krnl.params import Dim, Poly, strides
+from polyonnx.schedule.astgen import Index, Instance, KernelAst, build_ast, kernel_parameters
 from polyonnx.schedule.gemm import Params, geometry, is_ukernel_mark
 from polyonnx.schedule.heuristics.nest import MAX_STRIDE
 from polyonnx.schedule.state import PARALLEL, TRANSPOSE
@@ -62,6 +62,9 @@ I32 = ir.IntType(32)
 ERRORS = "\0errors"
 """The key of the error record's pointer among a kernel's buffer pointers: the last
 parameter of a kernel with run-time checks (see :func:`has_checks`)."""
+PARAMS = "\0params"
+"""The key of the int64 values of a parametric kernel's isl parameters (krnl/params.py),
+the argument after its buffers."""
 ROLLED_STEPS = 8
 """A loop of steps of INTERLEAVE vectors with at least this many steps (or an unknown
 count) is marked for LLVM not to unroll it. Unrolled whole, a Softmax row's sum over 1024
@@ -101,7 +104,12 @@ def emit_kernel(
     in ``schedule.buffers()`` order, then, for a kernel with run-time checks, the error
     record's (``i64 [site, value]``, written only when a check fails). Without ``checks``
     a Checked is its value alone: no test, no record."""
-    names = (*schedule.buffers(), *((ERRORS,) if has_checks(schedule, checks) else ()))
+    params = kernel_parameters(schedule.kernel.statements)
+    names = (
+        *schedule.buffers(),
+        *((PARAMS,) if params else ()),
+        *((ERRORS,) if has_checks(schedule, checks) else ()),
+    )
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * len(names)), name)
     for arg, buf in zip(fn.args, names, strict=True):
         arg.add_attribute("noalias")
@@ -111,9 +119,27 @@ def emit_kernel(
     pointers = dict(zip(names, fn.args, strict=True))
     walker = _KernelWalker(builder, ast, pointers, buffers, width, checks=checks)
     walker.panels = dict(schedule.panels)
-    walker.node(ast.root, {})
+    walker.gemms = schedule.gemms
+    walker.node(ast.root, _parameter_values(builder, pointers.get(PARAMS), params))
     builder.ret_void()
     return fn
+
+
+def _parameter_values(b: ir.IRBuilder, values: ir.Value | None, names) -> Env:
+    """The isl parameters' values, read from the int64 array a parametric kernel takes
+    after its buffers (in :func:`kernel_parameters` order)."""
+    env = {}
+    for i, name in enumerate(names):
+        at = b.gep(values, [ir.Constant(I64, i)], inbounds=True, source_etype=I64)
+        env[name] = b.load(at, typ=I64)
+    return env
+
+
+def kernel_arguments(schedule: KernelSchedule, checks: bool = True) -> int:
+    """How many pointers the kernel's function takes: buffers, the parameters' values
+    (a parametric kernel), the error record (a kernel with checks)."""
+    params = bool(kernel_parameters(schedule.kernel.statements))
+    return len(schedule.buffers()) + params + has_checks(schedule, checks)
 
 
 def has_checks(schedule: KernelSchedule, enabled: bool = True) -> bool:
@@ -133,6 +159,8 @@ class _KernelWalker:
         self.width = width
         self.panels: dict[str, str] = {}
         """B -> its panel copy (KernelSchedule.panels)."""
+        self.gemms: tuple = ()
+        """A parametric kernel's fitted contractions (KernelSchedule.gemms)."""
         self.checked: dict[Checked, ir.Value] = {}
         """The checks of the statement being evaluated, emitted (see :meth:`check`)."""
         self.checks = checks
@@ -174,7 +202,16 @@ class _KernelWalker:
         """The contraction under the mark as packed GEMM (emit/ukernel.py), for the values
         of the outer dims the enclosing loops give."""
         under = self._instances_under(node)
-        found = [(i, geometry(i.stmt, self.buffers)) for i in under]
+        fitted = {g.statement: g for g in self.gemms}
+        found = [
+            (
+                i,
+                fitted[i.stmt.name].geo
+                if i.stmt.name in fitted
+                else geometry(i.stmt, self.buffers),
+            )
+            for i in under
+        ]
         found = [(i, g) for i, g in found if g is not None]
         if not found:
             names = sorted(i.stmt.name for i in under)
@@ -187,8 +224,14 @@ class _KernelWalker:
         before = [s for s in order[:position] if s.name in names]
         after = tuple(s for s in order[position + 1 :] if s.name in names)
         panels = self.panels.get(geo.b.buffer)
-        gemm = Gemm(geo, params, inst.stmt, before[-1] if before else None, after, panels)
-        emit_gemm_call(self.b, gemm, self.width, self.pointers, outer, self.buffers)
+        gemm = Gemm(
+            geo, params, inst.stmt, before[-1] if before else None, after, panels,
+            fitted.get(inst.stmt.name),
+        )  # fmt: skip
+        emit_gemm_call(
+            self.b, gemm, self.width, self.pointers, outer, self.buffers,
+            count=lambda n: self._count(n, env),
+        )  # fmt: skip
 
     def _instances_under(self, node: isl.AstNode) -> list[Instance]:
         """The statement instances of the user nodes in this subtree (its own copies: isl
@@ -568,14 +611,17 @@ class _KernelWalker:
         """A read at computed indices, clamped into the buffer; one load per lane."""
         shape = self.buffers[expr.buffer].shape
         offset = None
-        for value, size, stride in zip(expr.index, shape, row_major_strides(shape), strict=True):
+        width = lanes.width if lanes else 1
+        for value, size, stride in zip(expr.index, shape, strides(shape), strict=True):
             index = self.value(value, inst, env, lanes)
-            width = lanes.width if lanes else 1
             index = ops.cast(self.b, index, value.dtype, "int64")
-            low, high = constant("int64", 0, width), constant("int64", max(size - 1, 0), width)
+            low = constant("int64", 0, width)
+            high = self._count(size + -1 if isinstance(size, Poly) else max(size - 1, 0), env)
+            high = splat(self.b, high, width) if width > 1 else high
             index = self.b.select(self.b.icmp_signed("<", index, low), low, index)
             index = self.b.select(self.b.icmp_signed(">", index, high), high, index)
-            term = self.b.mul(index, constant("int64", stride, width))
+            step = self._count(stride, env)
+            term = self.b.mul(index, splat(self.b, step, width) if width > 1 else step)
             offset = term if offset is None else self.b.add(offset, term)
         if offset is None:
             offset = constant("int64", 0, lanes.width if lanes else 1)
@@ -685,7 +731,7 @@ class _KernelWalker:
             for expr, stride in zip(index.exprs, index.strides, strict=True):
                 term = self.expr(expr, env)
                 if stride != 1:
-                    term = self.b.mul(term, ir.Constant(I64, stride))
+                    term = self.b.mul(term, self._count(stride, env))
                 offset = self.b.add(offset, term)
         dtype = self.buffers[acc.buffer].dtype
         return self.b.gep(
@@ -704,6 +750,19 @@ class _KernelWalker:
 
     def _store_scalar(self, address: ir.Value, value: ir.Value, dtype: str) -> None:
         self.b.store(_to_memory(self.b, value, dtype), address, align=_align(dtype))
+
+    def _count(self, dim: Dim, env: Env) -> ir.Value:
+        """An int64 size or stride: a constant, or a polynomial in the parameters."""
+        if not isinstance(dim, Poly):
+            return ir.Constant(I64, int(dim))
+        total = ir.Constant(I64, 0)
+        for mono, coeff in dim.terms:
+            term = ir.Constant(I64, coeff)
+            for name, power in mono:
+                for _ in range(power):
+                    term = self.b.mul(term, env[name])
+            total = self.b.add(total, term)
+        return total
 
     # ---- isl AST expressions (i64 index arithmetic) -------------------------------------
 

@@ -24,11 +24,12 @@ from functools import cache
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from polyonnx.emit.codegen import emit_kernel, has_checks
+from polyonnx.emit.codegen import emit_kernel, has_checks, kernel_arguments
 from polyonnx.emit.llvmtypes import I64, PTR
 from polyonnx.emit.threads import THREADS_GLOBAL
 from polyonnx.krnl.canon import structural_key
 from polyonnx.krnl.ir import Buffer
+from polyonnx.schedule.astgen import kernel_parameters
 from polyonnx.schedule.tree import KernelSchedule
 from polyonnx.target import Target
 
@@ -89,10 +90,12 @@ def plan_modules(
     profile: bool = False,
     errors: int | None = None,
     checks: bool = True,
+    params: int | None = None,
 ) -> ModulePlan:
     """``places`` maps each buffer to (slot index, byte offset); ``errors`` is the slot of
     the error record (None: a private one, for code that is only read); without
-    ``checks`` the code makes no run-time checks. The kernels'
+    ``checks`` the code makes no run-time checks; ``params`` is the slot of the parameters'
+    int64 values, for parametric kernels (krnl/params.py). The kernels'
     modules are made from the jobs by :func:`kernel_module`, anywhere (emit/objects.py
     compiles them in parallel). With ``profile``, the entry times every kernel call into
     :data:`PROFILE_GLOBAL` (the JIT then needs :func:`register_profile_symbols`)."""
@@ -100,15 +103,13 @@ def plan_modules(
     module = _new_module("polyonnx", target)
     threads = ir.GlobalVariable(module, I32, THREADS_GLOBAL)
     threads.initializer = ir.Constant(I32, 1)
-    signature = {
-        job.symbol: len(job.schedule.buffers()) + has_checks(job.schedule, checks) for job in jobs
-    }
+    signature = {job.symbol: kernel_arguments(job.schedule, checks) for job in jobs}
     functions = {
         name: ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * count), name)
         for name, count in signature.items()
     }
     calls = [functions[symbol] for symbol in symbols]
-    _define_entry(module, schedules, calls, places, _Entry(profile, errors, checks))
+    _define_entry(module, schedules, calls, places, _Entry(profile, errors, checks, params))
     return ModulePlan(module, tuple(jobs), tuple(symbols))
 
 
@@ -173,6 +174,8 @@ class _Entry:
     profile: bool
     errors: int | None
     checks: bool = True
+    params: int | None = None
+    """The slot of the parameters' values (a parametric model), else None."""
 
 
 def _define_entry(
@@ -193,6 +196,8 @@ def _define_entry(
     errors = None
     for site, (fn, schedule) in enumerate(zip(calls, schedules, strict=True)):
         args = [_place_pointer(b, slots, places[name], pointers) for name in schedule.buffers()]
+        if kernel_parameters(schedule.kernel.statements):
+            args.append(_place_pointer(b, slots, (how.params, 0), pointers))
         checked = has_checks(schedule, how.checks)
         if checked and errors is None:
             errors = _error_record(module, b, slots, how.errors)

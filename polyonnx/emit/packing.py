@@ -46,13 +46,15 @@ class Packing:
     geo: Geometry
     params: Params
     ldb: int
+    lda: ir.Value
+    """A's row stride (a run-time value in a parametric GEMM)."""
 
     def pack_a(self, panel, src, ic, ie, kc, kcl) -> None:
         """Rows ic..ie, columns kc..kc+kcl of A into ``panel``: per MR rows, k-major with
         the MR values of one k side by side (rows past ie repeat the last row). W columns
         at a time: a vector from each row, transposed in registers; the last kcl % W
         columns one value at a time."""
-        b, p, geo = self.vectors.b, self.params, self.geo
+        b, p = self.vectors.b, self.params
         last = b.sub(ie, ir.Constant(I64, 1))
         whole = b.sub(kcl, b.urem(kcl, ir.Constant(I64, self.vectors.lanes)))
         block_t = ir.VectorType(F32, p.mr * self.vectors.lanes)
@@ -62,7 +64,7 @@ class Packing:
             origins = []
             for r in range(p.mr):
                 row = lesser(b, b.add(start, ir.Constant(I64, r)), last)
-                at = b.add(b.mul(row, ir.Constant(I64, geo.lda)), kc)
+                at = b.add(b.mul(row, self.lda), kc)
                 origins.append(b.gep(src, [at], source_etype=F32))
             with loop(b, ir.Constant(I64, 0), whole, self.vectors.lanes, "pav") as k:
                 rows = [

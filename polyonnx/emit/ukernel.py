@@ -40,6 +40,7 @@ across lanes. Split over threads, each thread takes a range of columns
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from llvmlite import ir
@@ -61,7 +62,8 @@ from polyonnx.emit.packing import Packing
 from polyonnx.emit.taps import ColumnTaps, TapLoops, TapRead
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import Access, Binary, Cast, Const, Load, Select, Statement, Unary
-from polyonnx.schedule.gemm import Affine, Geometry, Params
+from polyonnx.krnl.params import Dim, Poly
+from polyonnx.schedule.gemm import Affine, FittedGemm, Geometry, Params
 from polyonnx.schedule.gemm_epilogue import epilogue_loads
 from polyonnx.schedule.gemm_taps import b_row_stride, b_taps, tap_span
 
@@ -81,10 +83,14 @@ class Gemm:
     panels: str | None = None
     """The constant B's copy packed when compiling (schedule/heuristics/panels.py), which the GEMM
     reads instead of packing B."""
+    fitted: FittedGemm | None = None
+    """A parametric kernel's geometry and epilogue operands (schedule/heuristics/parametric.py)."""
 
     def operands(self, buffers) -> list[tuple[Statement, Access, Affine, int]]:
         """(statement, access, offset over the contraction's dims, column step) of every
         load of another buffer in the epilogue, in order."""
+        if self.fitted is not None:
+            return list(self.fitted.operands)
         found = []
         for tail in [self.prologue] * (self.prologue is not None) + list(self.epilogue):
             table = epilogue_loads(self.stmt, tail, self.geo, buffers)
@@ -101,49 +107,51 @@ def emit_gemm_call(
     pointers: dict[str, ir.Value],
     outer: dict[int, ir.Value],
     buffers,
+    *,
+    count: Callable[[Dim], ir.Value] = lambda n: ir.Constant(I64, n),
 ) -> None:
     """Call (or run on threads) the GEMM of one value of the outer dims, whose values are
-    ``outer`` (dim position -> i64)."""
+    ``outer`` (dim position -> i64). ``count`` emits a size or stride, which for a
+    parametric kernel may be a polynomial in its parameters (the rows, the outer strides)."""
     geo, params = gemm.geo, gemm.params
     extra = gemm.operands(buffers)
     operands = [geo.a, geo.b, geo.c, *(affine for _, _, affine, _ in extra)]
-    bases = [_base(b, pointers[op.buffer], op, outer) for op in operands]
+    bases = [_base(b, pointers[op.buffer], op, outer, count) for op in operands]
     if gemm.panels is not None:  # the copy starts at B's element (k = 0, n = 0)
         bases[1] = pointers[gemm.panels]
     name = f"{b.function.name}.gemm{len(b.module.globals)}"
+    strides = run_time_strides(geo, extra)
     gemm_fn = _gemm_function(b.module, name, gemm, extra, lanes)
-    whole = [
-        ir.Constant(I64, 0),
-        ir.Constant(I64, geo.m),
-        ir.Constant(I64, 0),
-        ir.Constant(I64, geo.n),
-    ]
+    whole = [ir.Constant(I64, 0), count(geo.m), ir.Constant(I64, 0), ir.Constant(I64, geo.n)]
+    stride_values = [count(x) for x in strides]
     if params.split not in ("rows", "cols"):
-        b.call(gemm_fn, [*bases, *whole])
+        b.call(gemm_fn, [*bases, *whole, *stride_values])
         return
     # columns go to threads a vector at a time: the pool cuts the range into one contiguous
     # piece per thread, and whole NR tiles split 196 columns (a 14x14 Conv) 128 + 68 over 2
     # threads, 8 vectors of work against 5; vectors split them 112 + 84, 7 against 6
     step = params.mr if params.split == "rows" else lanes if gemm.panels is None else params.nr
-    extent = geo.m if params.split == "rows" else geo.n
+    extent = whole[1] if params.split == "rows" else whole[3]
     body = _chunk_body(
-        b.module, name + ".chunk", gemm_fn, split=params.split, step=step, extent=extent, geo=geo
-    )
+        b.module, name + ".chunk", gemm_fn, split=params.split, step=step, geo=geo,
+        pointers=len(bases),
+    )  # fmt: skip
+    values = [b.ptrtoint(ptr, I64) for ptr in bases] + [whole[1], extent, *stride_values]
     with b.goto_block(b.function.entry_basic_block):  # once, not per outer iteration
-        ctx = b.alloca(I64, ir.Constant(I64, len(bases)), "gemm.ctx")
-    for k, ptr in enumerate(bases):
-        b.store(b.ptrtoint(ptr, I64), b.gep(ctx, [ir.Constant(I64, k)], source_etype=I64))
-    chunks = ir.Constant(I64, -(-extent // step))
+        ctx = b.alloca(I64, ir.Constant(I64, len(values)), "gemm.ctx")
+    for k, value in enumerate(values):
+        b.store(value, b.gep(ctx, [ir.Constant(I64, k)], source_etype=I64))
+    chunks = b.sdiv(b.add(extent, ir.Constant(I64, step - 1)), ir.Constant(I64, step))
     b.call(threads.parallel_for(b.module), [body, ctx, ir.Constant(I64, 0), chunks])
 
 
-def _base(b: ir.IRBuilder, pointer: ir.Value, op, outer: dict[int, ir.Value]) -> ir.Value:
+def _base(b: ir.IRBuilder, pointer: ir.Value, op, outer: dict[int, ir.Value], count) -> ir.Value:
     """``pointer`` advanced by the operand's offset at (outer dims, every other dim 0);
     it may point before the buffer (a padded Conv's B), only in-domain reads dereference."""
     offset = ir.Constant(I64, op.const)
     for d, value in outer.items():
         if op.coeffs[d]:
-            offset = b.add(offset, b.mul(value, ir.Constant(I64, op.coeffs[d])))
+            offset = b.add(offset, b.mul(value, count(op.coeffs[d])))
     return b.gep(pointer, [offset], source_etype=F32)
 
 
@@ -154,26 +162,29 @@ def _chunk_body(
     *,
     split: str,
     step: int,
-    extent: int,
     geo: Geometry,
+    pointers: int,
 ) -> ir.Function:
-    """``body(ctx, lo, hi)``: chunks lo..hi (inclusive) of ``step`` rows or columns of
-    ``extent`` (split along ``split``: "rows" or "cols"), each a call of ``gemm``."""
+    """``body(ctx, lo, hi)``: chunks lo..hi (inclusive) of ``step`` rows or columns
+    (split along ``split``: "rows" or "cols"), each a call of ``gemm``. ``ctx`` holds the
+    operands' pointers, then the row count and the extent split, then the run-time row
+    strides (:func:`run_time_strides`: a parametric GEMM's may be)."""
     fn = ir.Function(module, threads.BODY_TYPE, name)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     ctx, lo, hi = fn.args
-    count = len(gemm.args) - 4
-    ptrs = [
-        b.inttoptr(b.load(b.gep(ctx, [ir.Constant(I64, k)], source_etype=I64), typ=I64), PTR)
-        for k in range(count)
-    ]
+    count = pointers
+    strides = len(gemm.args) - 4 - pointers
+    words = [b.load(b.gep(ctx, [ir.Constant(I64, k)], source_etype=I64), typ=I64)
+             for k in range(count + 2 + strides)]  # fmt: skip
+    ptrs = [b.inttoptr(word, PTR) for word in words[:count]]
+    rows, extent = words[count : count + 2]
     start = b.mul(lo, ir.Constant(I64, step))
-    stop = at_most(b, b.mul(b.add(hi, ir.Constant(I64, 1)), ir.Constant(I64, step)), extent)
+    stop = lesser(b, b.mul(b.add(hi, ir.Constant(I64, 1)), ir.Constant(I64, step)), extent)
     if split == "rows":
         ranges = [start, stop, ir.Constant(I64, 0), ir.Constant(I64, geo.n)]
     else:
-        ranges = [ir.Constant(I64, 0), ir.Constant(I64, geo.m), start, stop]
-    b.call(gemm, [*ptrs, *ranges])
+        ranges = [ir.Constant(I64, 0), rows, start, stop]
+    b.call(gemm, [*ptrs, *ranges, *words[count + 2 :]])
     b.ret_void()
     return fn
 
@@ -266,20 +277,31 @@ class RowTile:
     b_read: BRead
 
 
+def run_time_strides(geo: Geometry, extra) -> list[Poly]:
+    """The row strides of A, C and the epilogue operands that are polynomials in a
+    parametric kernel's parameters (distinct, in order): the GEMM function takes their
+    values after its ranges."""
+    found = [geo.lda, geo.ldc, *(affine.coeffs[geo.row] for _, _, affine, _ in extra)]
+    return list(dict.fromkeys(x for x in found if isinstance(x, Poly)))
+
+
 def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
     geo, params = gemm.geo, gemm.params
-    signature = ir.FunctionType(ir.VoidType(), [PTR] * (3 + len(extra)) + [I64] * 4)
+    strides = run_time_strides(geo, extra)
+    pointers = 3 + len(extra)
+    signature = ir.FunctionType(ir.VoidType(), [PTR] * pointers + [I64] * (4 + len(strides)))
     fn = ir.Function(module, signature, name)
     for arg in fn.args[:2]:  # not C: an epilogue operand may share its storage (in place)
         arg.add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     operands = {
         (tail.name, acc): (ptr, affine, step)
-        for (tail, acc, affine, step), ptr in zip(extra, fn.args[3:-4], strict=True)
+        for (tail, acc, affine, step), ptr in zip(extra, fn.args[3:pointers], strict=True)
     }
-    g = _Gemm(b, gemm, lanes, operands)
+    values = dict(zip(strides, fn.args[pointers + 4 :], strict=True))
+    g = _Gemm(b, gemm, lanes, operands, values)
     scratch = g.allocate_scratch()
-    i_lo, i_hi, j_lo, j_hi = fn.args[-4:]
+    i_lo, i_hi, j_lo, j_hi = fn.args[pointers : pointers + 4]
     with loop(b, j_lo, j_hi, params.nc, "jc") as jc:
         nc = at_most(b, b.sub(j_hi, jc), params.nc)
         with loop(b, ir.Constant(I64, 0), ir.Constant(I64, geo.k), params.kc, "kc") as kc:
@@ -399,9 +421,11 @@ class _Gemm:
     parameters, epilogue, operands and intrinsics. What changes from tile to tile comes in
     as arguments (``Block``, ``ColumnTile``, ``RowTile``)."""
 
-    def __init__(self, b: ir.IRBuilder, gemm: Gemm, lanes: int, operands: dict):
+    def __init__(self, b: ir.IRBuilder, gemm: Gemm, lanes: int, operands: dict, strides: dict):
         geo, params = gemm.geo, gemm.params
         self.b, self.geo, self.p, self.w = b, geo, params, lanes
+        self.strides = strides
+        """Run-time row strides (:func:`run_time_strides`) -> the function's argument."""
         self.panels = gemm.panels is not None
         """B is the copy packed when compiling (``copy_tile``)."""
         self.epilogue = gemm.epilogue
@@ -409,7 +433,9 @@ class _Gemm:
         self.out = gemm.stmt.write.buffer
         self.extra = operands
         """(epilogue statement name, access) -> (pointer, offset, column step)."""
-        self.whole_rows = geo.m % params.mr == 0 and params.mc % params.mr == 0
+        self.whole_rows = (
+            isinstance(geo.m, int) and geo.m % params.mr == 0 and params.mc % params.mr == 0
+        )
         """Every row tile is whole (MR divides M and MC; thread splits are whole tiles):
         no clamped rows, no checks before storing them."""
         self.ldb = b_row_stride(geo) or 0
@@ -426,13 +452,17 @@ class _Gemm:
         contiguously, a line or two per k, and not one line a page apart per k."""
         self.v = Vectors.declare(b, lanes, multiply_add=multiply_add(b.module))
         """The IR builder's vector types, intrinsics and constants."""
-        self.packing = Packing(self.v, geo, params, self.ldb)
+        self.packing = Packing(self.v, geo, params, self.ldb, self.stride(geo.lda))
         self.tap_loops = (
             TapLoops(self.v, geo, params, self.taps, tap_span(geo, self.taps))
             if self.taps is not None
             else None
         )
         """The tap loops where B is a Conv's input read in place (``taps``), else None."""
+
+    def stride(self, value: Dim) -> ir.Value:
+        """A row stride as an i64: a constant, or the GEMM function's argument."""
+        return self.strides[value] if isinstance(value, Poly) else ir.Constant(I64, value)
 
     def allocate_scratch(self) -> Scratch:
         """The stack buffers, in the entry block: B's packed panel, the dot products'
@@ -574,11 +604,11 @@ class _Gemm:
                 row = lesser(b, row, last)
             rows.append(row)
             if packed is None:
-                at = b.gep(a_at, [b.mul(row, ir.Constant(I64, geo.lda))], source_etype=F32)
+                at = b.gep(a_at, [b.mul(row, self.stride(geo.lda))], source_etype=F32)
                 a_rows.append((at, 1))
             else:
                 a_rows.append((self.v.at(packed, r), p.mr))
-            c_rows.append(b.gep(c_at, [b.mul(row, ir.Constant(I64, geo.ldc))], source_etype=F32))
+            c_rows.append(b.gep(c_at, [b.mul(row, self.stride(geo.ldc))], source_etype=F32))
         return rows, a_rows, c_rows
 
     def _finish_tile(self, acc, tile: RowTile, *, c_rows, rows, masks, col) -> None:
@@ -675,7 +705,7 @@ class _Gemm:
         lines = [(at, 1) for at in c_rows]
         for ptr, affine, step in self.extra.values():
             if step:
-                coeff = ir.Constant(I64, affine.coeffs[self.geo.row])
+                coeff = self.stride(affine.coeffs[self.geo.row])
                 lines += [(b.gep(ptr, [b.add(b.mul(row, coeff), col)], source_etype=F32), 0)
                           for row in rows]  # fmt: skip
         for at, write in lines:
@@ -749,7 +779,7 @@ class _Gemm:
             if expr.access.buffer == self.out:
                 return current
             ptr, affine, step = self.extra[(tail.name, expr.access)]
-            offset = b.mul(row, ir.Constant(I64, affine.coeffs[self.geo.row]))
+            offset = b.mul(row, self.stride(affine.coeffs[self.geo.row]))
             if step == 0:
                 scalar = b.load(b.gep(ptr, [offset], source_etype=F32), typ=F32, align=4)
                 return splat(b, scalar, self.w)
@@ -812,7 +842,7 @@ class _Gemm:
         a_first, step = a_rows[0]
         if self.p.prefetch and step == 1 and unroll > 1:
             # the next panel's rows on a panel's first column tile, else the rows just read
-            panel = ir.Constant(I64, self.p.mr * self.geo.lda)
+            panel = b.mul(ir.Constant(I64, self.p.mr), self.stride(self.geo.lda))
             base = self.v.at(a_first, b.select(tile.column.first, panel, ir.Constant(I64, 0)))
 
             def steps(cur, k):  # the same unrolled step, after its prefetches
@@ -829,7 +859,8 @@ class _Gemm:
         prefetches cost no arithmetic in the loop."""
         b = self.b
         for row in range(self.p.mr):
-            at = self.v.at(base, b.add(k, ir.Constant(I64, row * self.geo.lda)))
+            offset = b.mul(ir.Constant(I64, row), self.stride(self.geo.lda))
+            at = self.v.at(base, b.add(k, offset))
             b.call(self.v.prefetch, [at, *(ir.Constant(I32, x) for x in (0, 2, 1))])
 
     def acc_loop(self, acc, start, stop, step, name, body, *, rolled=False):

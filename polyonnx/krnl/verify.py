@@ -16,6 +16,7 @@ import islpy as isl
 from polyonnx.errors import LoweringError
 from polyonnx.krnl.ir import Access, Program, Statement, loads
 from polyonnx.krnl.islutil import parse_access, parse_set
+from polyonnx.krnl.params import Poly
 
 
 def check_bounds(program: Program) -> None:
@@ -42,8 +43,11 @@ def _image(acc: Access, domain: isl.Set) -> isl.Set:
 @lru_cache(maxsize=1024)
 def _box(shape: tuple[int, ...]) -> isl.Set:
     dims = [f"o{r}" for r in range(len(shape))]
-    bounds = " and ".join(f"0 <= {d} < {n}" for d, n in zip(dims, shape, strict=True))
-    return isl.Set(f"{{ [{', '.join(dims)}] : {bounds} }}" if dims else "{ [] }")
+    sizes = [n.isl() if isinstance(n, Poly) else n for n in shape]
+    bounds = " and ".join(f"0 <= {d} < {n}" for d, n in zip(dims, sizes, strict=True))
+    symbols = sorted({s for n in shape if isinstance(n, Poly) for s in n.isl_names})
+    params = f"[{', '.join(symbols)}] -> " if symbols else ""
+    return isl.Set(f"{params}{{ [{', '.join(dims)}] : {bounds} }}" if dims else "{ [] }")
 
 
 def _message(kernel: str, stmt: Statement, kind: str, acc: Access, shape, outside: isl.Set) -> str:

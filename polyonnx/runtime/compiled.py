@@ -424,9 +424,7 @@ class CompiledModel:
 
     def set_threads(self, count: int) -> None:
         """How many threads the model's parallel loops use (if it has any)."""
-        address = self.jit.global_address(THREADS_GLOBAL)
-        if address is not None and pool_runtime() is not None:
-            ctypes.c_int32.from_address(address).value = max(int(count), 1)
+        set_jit_threads(self.jit, count)
 
     def kernel_profile(self) -> list[KernelProfile]:
         """Per kernel, in execution order: the time its calls took (summed) and their count."""
@@ -527,6 +525,13 @@ class CompiledModel:
         if self._poison:
             array.reshape(-1).view(np.uint8).fill(0xFF)  # reshape: a 0-d array too
         return array, at
+
+
+def set_jit_threads(jit: JitModule, count: int) -> None:
+    """How many threads the parallel loops of ``jit``'s code use (if it has any)."""
+    address = jit.global_address(THREADS_GLOBAL)
+    if address is not None and pool_runtime() is not None:
+        ctypes.c_int32.from_address(address).value = max(int(count), 1)
 
 
 def address(array: np.ndarray) -> int:

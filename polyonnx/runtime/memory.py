@@ -58,6 +58,13 @@ def plan_memory(program: Program) -> Layout:
     return Layout(slots, places, arena_bytes, lower_bound)
 
 
+def arena_plan(program: Program, sizes: Mapping[str, int]) -> tuple[dict[str, int], int]:
+    """The byte offset of each arena tensor (root -> bytes) and the arena's size."""
+    offsets, _ = _pack(program, dict(sizes))
+    total = max((offsets[r] + _aligned(n) for r, n in sizes.items()), default=0)
+    return offsets, total
+
+
 def _pack(program: Program, sizes: dict[str, int]) -> tuple[dict[str, int], int]:
     first: dict[str, int] = {}
     last: dict[str, int] = {}

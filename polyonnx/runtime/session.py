@@ -2,8 +2,9 @@
 
 A model that keeps its samples apart along a symbolic dim (its batch; frontend/batch.py
 proves it) is compiled once, for one sample, and runs any batch size in blocks
-(runtime/blocks.py). Other symbolic input dims are compiled once per distinct input shape
-(shape specialisation: constant trip counts make better loops) and cached. Code
+(runtime/blocks.py). A model with other symbolic input dims is compiled once with them
+as isl parameters where it can be (runtime/parametric.py), else once per distinct input
+shape (shape specialisation: constant trip counts make better loops) and cached. Code
 laid out for where an input's data starts past a cache line (a one-row MatMul's big B,
 krnl/ops/matmul.py's INPUT_OFFSET) is compiled once per start met, too.
 Every input is validated — name, dtype, rank, shape — before native code runs.
@@ -51,6 +52,7 @@ from polyonnx.runtime.compiled import (
     compile_program,
 )
 from polyonnx.runtime.library import LibraryModel, is_library
+from polyonnx.runtime.parametric import ParametricModel, compile_parametric, lowering_at
 from polyonnx.runtime.special import Specialised, specialize_argument
 from polyonnx.target import Target, host_target, llvm_version
 
@@ -146,6 +148,10 @@ class InferenceSession:
         """The runner of the shapes of a feed (in the inputs' order), once found."""
         self.not_blocked: dict[str, str] = {}
         """Per symbolic dim tried as a batch and refused: why (frontend/batch.py)."""
+        self._parametric: ParametricModel | bool | None = False
+        """The model compiled with its symbolic dims as parameters; None where it could
+        not be (why: ``not_parametric``); False before it was tried."""
+        self.not_parametric: str | None = None
         self.compile_count = 0
         """How many specialisations were compiled or loaded from the compile cache."""
         self._last: CompiledModel | LibraryModel | None = None
@@ -351,7 +357,12 @@ class InferenceSession:
         blocked = self._recent.get(shapes)
         if blocked is not None:
             return self._special.get(shapes) or blocked
-        for symbol in self._symbols():
+        symbols = self._symbols()
+        if len(symbols) > 1 or not self._batch_only(feed, symbols):
+            parametric = self._parametric_for(feed, symbols)
+            if parametric is not None:
+                return parametric
+        for symbol in symbols:
             if not _size_of(self.graph.inputs, feed, symbol):
                 continue  # no sample: no block to run
             key = (symbol, resized(self.graph.inputs, feed, symbol, None))
@@ -366,6 +377,50 @@ class InferenceSession:
                     self._special.start(feed)
                 return blocked
         return self._specialisation(feed)
+
+    def _batch_only(self, feed: Mapping[str, np.ndarray], symbols: list[str]) -> bool:
+        """Whether the one symbolic dim is a batch that blocks run (their code is the
+        shape-specialised kind, faster than parametric code)."""
+        if not symbols or not _size_of(self.graph.inputs, feed, symbols[0]):
+            return False
+        key = (symbols[0], resized(self.graph.inputs, feed, symbols[0], None))
+        if key not in self._blocked:
+            self._blocked[key] = self._block(feed, symbols[0])
+        return self._blocked[key] is not None
+
+    def _parametric_for(self, feed: Mapping[str, np.ndarray], symbols: list[str]):
+        """The parametric model (compiled on first use) as the runner of ``feed``, or
+        the background tier's specialisation of its shapes where ``specialize`` asked
+        for it and it is ready; None where the model has no parametric program."""
+        if self._parametric is False:
+            self._parametric = self._compile_parametric(feed, symbols)
+        if self._parametric is None:
+            return None
+        shapes = tuple(array.shape for array in feed.values())
+        if len(self._recent) >= RECENT:
+            self._recent.clear()
+        self._recent[shapes] = self._parametric
+        if any(
+            _size_of(self.graph.inputs, feed, s) in self._specialize.get(s, ()) for s in symbols
+        ):
+            self._special.start(feed)
+        return self._special.get(shapes) or self._parametric
+
+    def _compile_parametric(self, feed, symbols: list[str]) -> ParametricModel | None:
+        """The model compiled once for every value of ``symbols``; None (and why in
+        ``not_parametric``) where it cannot be."""
+        if self.profiling or self.records is not None:
+            self.not_parametric = "profiled and tuned sessions compile per shape"
+            return None
+        lower_at = lowering_at(self.graph.inputs, partial(self._specialised, feed, merge=False))
+        try:
+            model = compile_parametric(symbols, lower_at, self._target, checks=self.checks)
+        except PolyonnxError as exc:
+            self.not_parametric = str(exc)
+            return None
+        self.compile_count += 1
+        model.set_threads(self.threads)
+        return model
 
     def _symbols(self) -> list[str]:
         """The symbolic input dims, those that lead an input first."""

@@ -14,13 +14,8 @@ import islpy as isl
 
 from polyonnx.errors import CodegenError
 from polyonnx.krnl.ir import Access, Buffer, Statement, loads
-from polyonnx.krnl.islutil import (
-    dim_names,
-    isl_callbacks,
-    parse_access,
-    parse_set,
-    row_major_strides,
-)
+from polyonnx.krnl.islutil import dim_names, isl_callbacks, parse_access, parse_set
+from polyonnx.krnl.params import Dim, Poly, strides
 from polyonnx.schedule.tree import KernelSchedule
 
 
@@ -30,7 +25,8 @@ class Index:
     buffer, and the flat element stride along each loop iterator (None: not affine)."""
 
     exprs: tuple[isl.AstExpr, ...]
-    strides: tuple[int, ...]
+    strides: tuple[Dim, ...]
+    """Ints, or polynomials in the parameters (krnl/params.py) of a parametric kernel."""
     steps: dict[str, int | None]
     flat: isl.AstExpr | None = None
     """The flat element offset as one expression (None for a dim value): simpler than the
@@ -84,10 +80,28 @@ def build_ast(schedule: KernelSchedule, buffers: dict[str, Buffer]) -> KernelAst
         return node.set_annotation(isl.Id(key))
 
     with isl_callbacks(f"building the AST of kernel {schedule.kernel.name!r}") as guard:
-        build = isl.AstBuild.from_context(isl.Set("{ : }"))
+        build = isl.AstBuild.from_context(parameter_context(schedule.kernel.statements))
         build, _callback = build.set_at_each_domain(guard.node(at_each_domain))
         root = build.node_from_schedule(schedule.isl_schedule())
     return KernelAst(root, instances, schedule.kernel.statements)
+
+
+def kernel_parameters(statements) -> tuple[str, ...]:
+    """The isl parameters of a kernel's domains (krnl/params.py), in their order."""
+    space = parse_set(statements[0].domain).get_space() if statements else None
+    if space is None:
+        return ()
+    count = space.dim(isl.dim_type.param)
+    return tuple(space.get_dim_name(isl.dim_type.param, d) for d in range(count))
+
+
+def parameter_context(statements) -> isl.Set:
+    """What the AST may assume of the parameters: every one is at least 1."""
+    names = kernel_parameters(statements)
+    if not names:
+        return isl.Set("{ : }")
+    bounds = " and ".join(f"{n} >= 1" for n in names)
+    return isl.Set(f"[{', '.join(names)}] -> {{ : {bounds} }}")
 
 
 def _check_index_range(kernel: str, statements, buffers: dict[str, Buffer]) -> None:
@@ -96,6 +110,8 @@ def _check_index_range(kernel: str, statements, buffers: dict[str, Buffer]) -> N
     for stmt in statements:
         for acc in [stmt.write, *(ld.access for ld in loads(stmt.expr))]:
             shape = buffers[acc.buffer].shape
+            if any(isinstance(n, Poly) for n in shape):
+                continue  # sized at run time: runtime/parametric.py checks it per size
             if math.prod(max(int(n), 1) for n in shape) > INDEX_LIMIT:
                 raise CodegenError(
                     f"kernel {kernel!r}: buffer {acc.buffer!r} of shape {list(shape)} has more "
@@ -106,6 +122,8 @@ def _check_index_range(kernel: str, statements, buffers: dict[str, Buffer]) -> N
             continue
         for d in range(domain.dim(isl.dim_type.set)):
             for bound in (domain.dim_min_val(d), domain.dim_max_val(d)):
+                if domain.dim(isl.dim_type.param) and not bound.is_int():
+                    continue  # a parametric bound (see above)
                 if not bound.is_int() or abs(int(bound.to_python())) > INDEX_LIMIT:
                     raise CodegenError(
                         f"kernel {kernel!r}: loop {domain.get_dim_name(isl.dim_type.set, d)} "
@@ -120,27 +138,31 @@ def _index(build: isl.AstBuild, index, shape, iterators: list[str]) -> Index:
         if isinstance(index, isl.PwAff)
         else [index.get_pw_aff(r) for r in range(index.dim(isl.dim_type.out))]
     )
-    strides = tuple(row_major_strides(shape)) if shape is not None else (1,)
+    steps_of = strides(shape) if shape is not None else (1,)
     exprs = tuple(build.expr_from_pw_aff(pa) for pa in pieces)
     offset = None
-    if shape is not None and pieces:
-        offset = pieces[0].scale_val(isl.Val(strides[0]))
-        for pa, stride in zip(pieces[1:], strides[1:], strict=True):
+    if shape is not None and pieces and all(isinstance(s, int) for s in steps_of):
+        offset = pieces[0].scale_val(isl.Val(steps_of[0]))
+        for pa, stride in zip(pieces[1:], steps_of[1:], strict=True):
             offset = offset.add(pa.scale_val(isl.Val(stride)))
-    steps: dict[str, int | None] = {}
-    for pos, name in enumerate(iterators):
-        total: int | None = 0
-        for pa, stride in zip(pieces, strides, strict=True):
-            coeff = _coefficient(pa, pos)
-            if coeff is None:
-                total = None
-                break
-            total += coeff * stride
-        if total is None and offset is not None:
-            total = _coefficient(offset, pos)
-        steps[name] = total
+    steps = {name: _step(pieces, steps_of, offset, pos) for pos, name in enumerate(iterators)}
     flat = build.expr_from_pw_aff(offset) if offset is not None else None
-    return Index(exprs, strides, steps, flat)
+    return Index(exprs, steps_of, steps, flat)
+
+
+def _step(pieces, steps_of, offset, pos: int) -> int | None:
+    """The flat element step along iterator ``pos``; None where it is not one fixed
+    number (a parametric stride it moves along, or a floor)."""
+    total: int | None = 0
+    for pa, stride in zip(pieces, steps_of, strict=True):
+        coeff = _coefficient(pa, pos)
+        if coeff is None or (coeff and isinstance(stride, Poly)):
+            total = None
+            break
+        total += coeff * stride if coeff else 0
+    if total is None and offset is not None:
+        total = _coefficient(offset, pos)
+    return total
 
 
 def _coefficient(pa: isl.PwAff, pos: int) -> int | None:

@@ -131,12 +131,27 @@ class Params:
         return Params(**values)
 
 
+@dataclass(frozen=True)
+class FittedGemm:
+    """The GEMM view of a parametric kernel's contraction ``statement``, fitted from the
+    kernel lowered at sample sizes (krnl/params.py): rows and outer dims' sizes and strides
+    may be polynomials in the parameters. ``operands``: its epilogue's loads, as
+    emit/ukernel.py's ``Gemm.operands`` gives them."""
+
+    statement: str
+    geo: Geometry
+    operands: tuple = ()
+
+
 def is_ukernel_mark(name: str) -> bool:
     return name.startswith(UKERNEL + "_")
 
 
-def geometry(stmt: Statement, buffers: Mapping[str, Buffer]) -> Geometry | None:
-    """The GEMM view of ``stmt`` (module docstring), or None when it is not one."""
+def geometry(
+    stmt: Statement, buffers: Mapping[str, Buffer], row: int | None = None
+) -> Geometry | None:
+    """The GEMM view of ``stmt`` (module docstring), or None when it is not one; with
+    ``row``, the view whose row dim is that one (None if it cannot be a row)."""
     if stmt.reduce != "add" or not isinstance(stmt.expr, Binary) or stmt.expr.op != "mul":
         return None
     loads = [stmt.expr.a, stmt.expr.b]
@@ -178,7 +193,9 @@ def geometry(stmt: Statement, buffers: Mapping[str, Buffer]) -> Geometry | None:
     ]  # fmt: skip
     if not rows or not _contiguous(a, depth, sizes):
         return None
-    row = max(rows, key=lambda d: sizes[d])
+    if row is not None and row not in rows:
+        return None
+    row = max(rows, key=lambda d: sizes[d]) if row is None else row
     unit = [d for d in range(len(names)) if sizes[d] == 1]
     outer = tuple(d for d in range(len(names)) if d != row and d not in cols and d not in depth)
     constraints = _constraints(domain, len(names), set(cols) | set(depth), set(unit))

@@ -32,6 +32,10 @@ class KernelSchedule:
     """(B, its panel copy) for a GEMM whose constant B was packed when compiling
     (schedule/heuristics/panels.py): the kernel's code reads the copy, which it is passed too."""
 
+    gemms: tuple = ()
+    """A parametric kernel's contractions as schedule/gemm.py's FittedGemm records (its
+    ukernel marks' geometry, which cannot be read off parametric domains)."""
+
     def buffers(self) -> tuple[str, ...]:
         """The kernel's buffers, then the panel copies: its code's pointer arguments."""
         return (*self.kernel.buffers(), *(copy for _, copy in self.panels))

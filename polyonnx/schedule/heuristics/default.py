@@ -132,7 +132,7 @@ def _with_threads(schedule: KernelSchedule) -> KernelSchedule:
     if state is None:
         return schedule
     deps = None
-    total = sum(_work(s) for s in state.kernel.statements)
+    total = sum(work(s) for s in state.kernel.statements)
     least = PARALLEL_POINTS if total < PARALLEL_POINTS else PARALLEL_POINTS // PASSES
     if state.kernel.op_type in TRANSFORMS:
         least = TRANSFORM_POINTS
@@ -143,7 +143,7 @@ def _with_threads(schedule: KernelSchedule) -> KernelSchedule:
         ]
         if nest.statement in state.attach or not nest.loops or _in_gemm(state, nest):
             continue
-        if sum(_work(s) for s in group) < least:  # a fused group: all of it
+        if sum(work(s) for s in group) < least:  # a fused group: all of it
             continue
         sizes = dict(zip(dim_names(stmt), extents(stmt), strict=True))
         wide = [
@@ -205,7 +205,7 @@ def _gemm_params(geo: Geometry, lanes: int, registers: int) -> Params | None:
     return default_params(geo, lanes, registers)
 
 
-def _work(stmt: Statement) -> int:
+def work(stmt: Statement) -> int:
     """A statement's points, each counted once per load (at least once): a pool's
     unrolled 3x3 window reads 9 values a point."""
     return math.prod(extents(stmt)) * max(1, len(loads(stmt.expr)))

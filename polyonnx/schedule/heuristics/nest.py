@@ -37,8 +37,11 @@ grows with every merged dim (docs/measurements.md, 'Compile work bounded in rank
 steps'). Four dims cover an NCHW tensor; dims of extent 1 cost nothing."""
 
 
-def loop_nest(stmt: Statement, buffers: Mapping[str, Buffer], keep: str | None = None) -> LoopNest:
-    """The default nest of ``stmt``; the dim ``keep``, if given, stays a loop of its own."""
+def loop_nest(
+    stmt: Statement, buffers: Mapping[str, Buffer], keep: str | None = None, coalesce: bool = True
+) -> LoopNest:
+    """The default nest of ``stmt``; the dim ``keep``, if given, stays a loop of its own;
+    without ``coalesce``, every dim is a loop of its own."""
     names = dim_names(stmt)
     if not names:
         return LoopNest(())
@@ -56,7 +59,7 @@ def loop_nest(stmt: Statement, buffers: Mapping[str, Buffer], keep: str | None =
     reduced = [p for p in range(len(names)) if flat_stride(stmt.write, write_shape, p) == 0]
     outer = [p for p in range(len(names)) if p != inner and p not in reduced]
     order = [*outer, *(p for p in reduced if p != inner), inner]
-    if stmt.reduce is None and not gathers(stmt.expr):
+    if stmt.reduce is None and not gathers(stmt.expr) and coalesce:
         return _coalesced(stmt, buffers, order, sizes, keep)
     vectorize = sizes[inner] >= MIN_VECTOR_EXTENT
     return LoopNest(tuple(names[p] for p in order), vectorize)

@@ -79,7 +79,9 @@ def _packable(schedule: KernelSchedule, program: Program):
     if len(marks) != 1:
         return None
     params = Params.from_mark(marks.pop())
-    found = [geometry(s, program.buffers) for s in schedule.kernel.statements]
+    found = [g.geo for g in schedule.gemms] or [
+        geometry(s, program.buffers) for s in schedule.kernel.statements
+    ]
     found = [g for g in found if g is not None]
     if len(found) != 1:
         return None
@@ -97,7 +99,8 @@ def packs_once(geo: Geometry, program: Program) -> bool:
     data = program.constants.get(program.root(geo.b.buffer))
     if data is None or data.dtype != np.float32 or geo.constraints:
         return False
-    return not any(geo.b.coeffs[d] for d in geo.outer) and geo.m >= MIN_ROWS
+    rows = geo.m if isinstance(geo.m, int) else MIN_ROWS  # a parametric count: any
+    return not any(geo.b.coeffs[d] for d in geo.outer) and rows >= MIN_ROWS
 
 
 def panel_array(flat: np.ndarray, geo: Geometry, nr: int) -> np.ndarray:

@@ -3,7 +3,7 @@
 Regenerate everything (not run in CI; the tests need only the committed .onnx/.data files):
 
     pip install torch==2.13.0 onnxscript     # CPU wheel; used for exporting only
-    python tests/data/torch/export_models.py
+    python tests/data/torch/export_models.py            # or name models: ... seqencoder
 
 Exported with torch 2.13.0+cpu, onnxscript 0.7.2, onnx 1.23.2.
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import sys
 import tempfile
 from dataclasses import dataclass, field
 
@@ -161,6 +162,24 @@ class Encoder(nn.Module):
         return self.layer(x, src_key_padding_mask=mask)
 
 
+class SeqEncoder(nn.Module):
+    """A two-layer nn.TransformerEncoder (post-norm, ReLU) over [batch, seq, 64], no mask,
+    exported with dynamic batch and seq. The torchscript exporter still bakes the example's
+    seq (7) into nn.MultiheadAttention's q reshape (pytorch#110347), so only dynamo's file
+    runs at other lengths; torchscript's is kept as the typical broken export."""
+
+    def __init__(self):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(
+            d_model=64, nhead=4, dim_feedforward=128, dropout=0.0, batch_first=True
+        )
+        # No nested tensors: without a padding mask they'd never be built, but say so.
+        self.encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+
+    def forward(self, x):
+        return self.encoder(x)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, dim, heads, block):
         super().__init__()
@@ -291,6 +310,12 @@ MODELS = {
     "lstm": Spec(
         LSTM, {"x": torch.randn(7, 2, 16, generator=g)}, ["y", "h", "c"], {"x": {1: "batch"}}
     ),
+    "seqencoder": Spec(
+        SeqEncoder,
+        {"x": torch.randn(2, 7, 64, generator=g)},
+        ["y"],
+        {"x": {0: "batch", 1: "seq"}},
+    ),
 }
 
 
@@ -342,9 +367,11 @@ def save(tmp: pathlib.Path, name: str, external: bool) -> None:
 EXPORTERS = {"torchscript": export_torchscript, "dynamo": export_dynamo}
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
+    """Export the named models (all of MODELS when none are named)."""
     with tempfile.TemporaryDirectory() as tmpdir:
-        for name, spec in MODELS.items():
+        for name in names or MODELS:
+            spec = MODELS[name]
             torch.manual_seed(0)
             model = spec.make()
             with torch.no_grad():
@@ -360,4 +387,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -1,0 +1,293 @@
+"""A model compiled once for every value of its symbolic dims: a parametric Program
+(krnl/params.py) whose kernels take the parameters' values at run time.
+
+Bounds are proved for every value of the parameters at compile time (krnl/verify.py).
+At run time the values are read off the inputs' shapes, every buffer is sized from them,
+and the arena is planned for them (runtime/memory.py's packing, once per distinct value).
+Each arena tensor has a slot of its own, so the entry's pointers follow the plan.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from polyonnx.aligned import ALIGN, aligned_empty
+from polyonnx.emit.abi import failure
+from polyonnx.emit.jit import JitModule
+from polyonnx.emit.module import ENTRY, PROFILE_GLOBAL, plan_modules, register_profile_symbols
+from polyonnx.emit.objects import compile_objects, gc_paused
+from polyonnx.errors import CodegenError, InputError, RunError
+from polyonnx.krnl.ir import Program
+from polyonnx.krnl.lower import lower
+from polyonnx.krnl.params import (
+    Fit,
+    Point,
+    Poly,
+    parameter_value,
+    program_symbols,
+    sample_points,
+    shape_at,
+)
+from polyonnx.krnl.verify import check_bounds
+from polyonnx.runtime.compiled import POISON, check_table, optimize, set_jit_threads
+from polyonnx.runtime.memory import arena_plan
+from polyonnx.schedule.astgen import INDEX_LIMIT, kernel_parameters
+from polyonnx.schedule.heuristics.panels import pack_constants
+from polyonnx.schedule.heuristics.parametric import parametric_schedule
+from polyonnx.schedule.tree import KernelSchedule
+from polyonnx.target import Target, host_target
+
+RECENT_PLANS = 64
+"""Arena plans kept, by parameter values (each is a few microseconds of Python to make)."""
+
+
+@dataclass(frozen=True)
+class Slots:
+    """The entry's pointers: the model's inputs, outputs and constants, then one per
+    arena tensor (``roots``), then the parameters' values and the error record."""
+
+    external: tuple[str, ...]
+    roots: tuple[str, ...]
+    places: Mapping[str, tuple[int, int]]
+
+    @property
+    def params(self) -> int:
+        return len(self.external) + len(self.roots)
+
+    @property
+    def errors(self) -> int:
+        return self.params + 1
+
+
+def plan_slots(program: Program) -> Slots:
+    """Where each buffer lives, as runtime/memory.py's plan_memory places it, with the
+    arena's tensors in slots of their own (their offsets are planned per size)."""
+    outputs = [o for o in program.outputs if o in program.buffers and o not in program.inputs]
+    external = [*program.inputs, *dict.fromkeys(o for o in outputs if o not in program.constants)]
+    external += [c for c in program.constants if c not in external]
+    owner = {name: i for i, name in enumerate(external)}
+    for out in outputs:
+        root = program.root(out)
+        if root not in owner and out in owner:
+            owner[root] = owner[out]
+    arena = [program.root(n) for n in program.buffers if program.root(n) not in owner]
+    roots = tuple(dict.fromkeys(arena))
+    for i, root in enumerate(roots):
+        owner[root] = len(external) + i
+    places = {n: (owner[program.root(n)], program.offset(n)) for n in program.buffers}
+    return Slots(tuple(external), roots, places)
+
+
+def lowering_at(inputs, load: Callable[..., object]) -> Callable[[Mapping[str, int]], Program]:
+    """``lower_at`` for :func:`compile_parametric`: the graph loaded by ``load(shapes=...)``
+    with each symbolic dim of ``inputs`` (frontend Values) at the point's value, lowered."""
+
+    def lower_at(point: Mapping[str, int]) -> Program:
+        shapes = {
+            v.name: tuple(point.get(d, d) if isinstance(d, str) else d for d in v.shape)
+            for v in inputs
+        }
+        return lower(load(shapes=shapes))
+
+    return lower_at
+
+
+def compile_parametric(
+    symbols: Sequence[str],
+    lower_at: Callable[[Mapping[str, int]], Program],
+    target: Target | None = None,
+    *,
+    checks: bool = True,
+    profile: bool = False,
+) -> ParametricModel:
+    """The model of ``lower_at`` (a Program at given values of ``symbols``) compiled once,
+    with the symbols as isl parameters; raises NotParametric where there is no such
+    program, ScheduleError where its nests are not legal for every value."""
+    target = target or host_target()
+    with gc_paused():
+        fit = Fit(tuple(symbols), sample_points(symbols))
+        samples = [optimize(lower_at(point)) for point in fit.points]
+        program = fit.program(samples)
+        check_bounds(program)
+        schedules = tuple(
+            parametric_schedule(k, [(s.kernels[i], s.buffers) for s in samples], fit)
+            for i, k in enumerate(program.kernels)
+        )
+        program, schedules = pack_constants(program, schedules)
+        slots = plan_slots(program)
+        plan = plan_modules(
+            schedules,
+            program.buffers,
+            slots.places,
+            target,
+            errors=slots.errors,
+            checks=checks,
+            params=slots.params,
+            profile=profile and register_profile_symbols(),
+        )
+        objects = compile_objects(plan.entry, plan.jobs, program.buffers, target)
+    jit = JitModule(objects.objects, target, objects.sources)
+    return ParametricModel(program, schedules, slots, jit, checks)
+
+
+def kernel_seconds(model: ParametricModel) -> list[tuple[str, float]]:
+    """Per kernel call of a model compiled with ``profile``: its name and the seconds
+    its calls took, summed (for finding where parametric code costs)."""
+    address = model.jit.global_address(PROFILE_GLOBAL)
+    words = ctypes.c_int64 * (2 * len(model.schedules))
+    counters = np.ctypeslib.as_array(words.from_address(address)).reshape(-1, 2)
+    return [
+        (s.kernel.name, int(c[0]) * 1e-9) for s, c in zip(model.schedules, counters, strict=True)
+    ]
+
+
+def _parameters(schedules: Sequence[KernelSchedule]) -> tuple[str, ...]:
+    """The isl parameters every parametric kernel takes, in the order of the values its
+    code reads (krnl/params.py's ``parameters``: one list for the whole program)."""
+    found = {kernel_parameters(s.kernel.statements) for s in schedules} - {()}
+    if len(found) > 1:
+        raise CodegenError(f"kernels with different parameters: {sorted(found)}")
+    return found.pop() if found else ()
+
+
+class ParametricModel:
+    """Native code for a parametric Program. ``run`` takes inputs of any values of the
+    symbols (validated by the session: their dtypes, ranks and static dims)."""
+
+    def __init__(
+        self,
+        program: Program,
+        schedules: tuple[KernelSchedule, ...],
+        slots: Slots,
+        jit: JitModule,
+        checks: bool,
+    ):
+        self.program = program
+        self.schedules = schedules
+        self.slots = slots
+        self.jit = jit
+        self.symbols = program_symbols(program)
+        self.parameters = _parameters(schedules)
+        self.checks = check_table(schedules) if checks else ()
+        self._entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(jit.address(ENTRY))
+        self._lock = threading.Lock()
+        self._plans: dict[tuple, tuple[dict[str, int], int]] = {}
+        self._arena = aligned_empty((ALIGN,), np.uint8)
+        self._poison = bool(os.environ.get(POISON))
+        self._params = np.zeros(max(len(self.parameters), 1), np.int64)
+        self._errors = np.zeros(2, np.int64)
+        self._pointers = (ctypes.c_void_p * (slots.errors + 1))()
+        self._pointers[slots.params] = self._params.ctypes.data
+        self._pointers[slots.errors] = self._errors.ctypes.data
+        for i, name in enumerate(slots.external):
+            if name in program.constants:
+                self._pointers[i] = program.constants[name].ctypes.data
+        self.compile_count = 1
+
+    tuned: tuple[str, ...] = ()
+    """Tuning records do not apply to parametric code yet."""
+
+    def set_threads(self, count: int) -> None:
+        set_jit_threads(self.jit, count)
+
+    def memory(self) -> None:
+        """None: the arena is planned per size at run time (``_plan``)."""
+        return None
+
+    def point(self, inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
+        """The symbols' values that the inputs' shapes give; InputError naming the inputs
+        whose shapes disagree on one."""
+        found: dict[str, tuple[int, str]] = {}
+        for name in self.program.inputs:
+            dims = self.program.buffers[name].shape
+            for dim, size in zip(dims, inputs[name].shape, strict=True):
+                if (
+                    isinstance(dim, Poly)
+                    and len(dim.terms) == 1
+                    and dim.terms[0]
+                    == (
+                        ((next(iter(dim.symbols)), 1),),
+                        1,
+                    )
+                ):
+                    symbol = next(iter(dim.symbols))
+                    if symbol in found and found[symbol][0] != size:
+                        raise InputError(
+                            f"inputs {found[symbol][1]!r} and {name!r} give the symbolic dim "
+                            f"{symbol!r} different sizes: {found[symbol][0]} and {size}"
+                        )
+                    found.setdefault(symbol, (size, name))
+        missing = [s for s in self.symbols if s not in found]
+        if missing:
+            raise InputError(f"no input's shape gives the symbolic dims {missing}")
+        point = {s: v for s, (v, _) in found.items()}
+        for name in self.program.inputs:
+            want = shape_at(self.program.buffers[name].shape, point)
+            if tuple(inputs[name].shape) != want:
+                raise InputError(
+                    f"input {name!r} has shape {list(inputs[name].shape)}; with "
+                    f"{point} it must be {list(want)}"
+                )
+        return point
+
+    def _plan(self, point: Point) -> tuple[dict[str, int], int]:
+        """The arena tensors' byte offsets at ``point`` and the arena's size."""
+        key = tuple(point[s] for s in self.symbols)
+        if key not in self._plans:
+            sizes = {}
+            for root in self.slots.roots:
+                buffer = self.program.buffers[root]
+                count = int(np.prod(shape_at(buffer.shape, point), dtype=object))
+                if count > INDEX_LIMIT:
+                    raise InputError(f"with {dict(point)} tensor {root!r} has {count} elements")
+                sizes[root] = count * buffer.itemsize
+            if len(self._plans) >= RECENT_PLANS:
+                self._plans.clear()
+            self._plans[key] = arena_plan(self.program, sizes)
+        return self._plans[key]
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        point = self.point(inputs)
+        offsets, total = self._plan(point)
+        results: dict[str, np.ndarray] = {}
+        with self._lock:
+            if self._arena.nbytes < total:
+                self._arena = aligned_empty((total,), np.uint8)
+            if self._poison:
+                self._arena.fill(0xFF)
+            pointers = self._pointers
+            base = self._arena.ctypes.data
+            for i, root in enumerate(self.slots.roots, start=len(self.slots.external)):
+                pointers[i] = base + offsets[root]
+            for i, name in enumerate(self.slots.external):
+                if name in self.program.inputs:
+                    pointers[i] = inputs[name].ctypes.data
+                elif name not in self.program.constants:
+                    results[name] = self._output(name, point)
+                    pointers[i] = results[name].ctypes.data
+            for k, name in enumerate(self.parameters):
+                self._params[k] = parameter_value(name, point)
+            self._entry(pointers)
+            site, value = int(self._errors[0]), int(self._errors[1])
+            self._errors[:] = 0
+        if site:
+            raise RunError(failure(self.checks, site, value))
+        for name in self.program.outputs:
+            if name not in results:
+                given = inputs.get(name)
+                source = given if given is not None else self.program.constants[name]
+                results[name] = np.array(source)
+        return {name: results[name] for name in self.program.outputs}
+
+    def _output(self, name: str, point: Point) -> np.ndarray:
+        buffer = self.program.buffers[name]
+        array = aligned_empty(shape_at(buffer.shape, point), np.dtype(buffer.dtype))
+        if self._poison:
+            array.reshape(-1).view(np.uint8).fill(0xFF)
+        return array
