@@ -7,6 +7,7 @@ stride-2 row, or gathered), zero where the domain has no point.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -16,7 +17,6 @@ from polyonnx.emit.irhelp import (
     I32,
     Vectors,
     at_least,
-    at_most,
     dot,
     floor_div,
     greater,
@@ -28,6 +28,7 @@ from polyonnx.emit.irhelp import (
     unflatten,
 )
 from polyonnx.emit.llvmtypes import I64, PTR, splat
+from polyonnx.krnl.params import Dim
 from polyonnx.schedule.gemm import Geometry, Params
 
 PACK_PREFETCH_ROWS = 3
@@ -45,9 +46,9 @@ class Packing:
     vectors: Vectors
     geo: Geometry
     params: Params
-    ldb: int
-    lda: ir.Value
-    """A's row stride (a run-time value in a parametric GEMM)."""
+    ldb: Dim
+    value: Callable[[Dim], ir.Value]
+    """A size or stride as an i64 (a parametric GEMM's may be run-time values)."""
 
     def pack_a(self, panel, src, ic, ie, kc, kcl) -> None:
         """Rows ic..ie, columns kc..kc+kcl of A into ``panel``: per MR rows, k-major with
@@ -64,7 +65,7 @@ class Packing:
             origins = []
             for r in range(p.mr):
                 row = lesser(b, b.add(start, ir.Constant(I64, r)), last)
-                at = b.add(b.mul(row, self.lda), kc)
+                at = b.add(b.mul(row, self.value(self.geo.lda)), kc)
                 origins.append(b.gep(src, [at], source_etype=F32))
             with loop(b, ir.Constant(I64, 0), whole, self.vectors.lanes, "pav") as k:
                 rows = [
@@ -84,13 +85,13 @@ class Packing:
         ``ncp``), zero where the domain has no point, then zeros up to the next whole NR
         tile."""
         b, geo, nr = self.vectors.b, self.geo, self.params.nr
-        width = math.prod(geo.sizes[d] for d in self.run_dims)
+        width = self.value(math.prod(geo.sizes[d] for d in self.run_dims))
         with loop(b, ir.Constant(I64, 0), kcl, 1, "pk") as kk:
             values = unflatten(b, b.add(kc, kk), [(d, geo.sizes[d]) for d in geo.depth])
-            row_off = dot(b, geo.b.coeffs, values, 0)
+            row_off = self._dot(geo.b.coeffs, values)
             rests = [dot(b, coeffs, values, const) for coeffs, const in geo.constraints]
-            first = b.sdiv(jc, ir.Constant(I64, width))
-            last = b.sdiv(b.add(jc, b.sub(nc, ir.Constant(I64, 1))), ir.Constant(I64, width))
+            first = b.sdiv(jc, width)
+            last = b.sdiv(b.add(jc, b.sub(nc, ir.Constant(I64, 1))), width)
             with loop(b, first, b.add(last, ir.Constant(I64, 1)), 1, "pr") as rho:
                 self._pack_run(
                     src, panel, row=kk, rho=rho, jc=jc, nc=nc, row_off=row_off, rests=rests
@@ -106,6 +107,15 @@ class Packing:
                     mask = self.vectors.below(ir.Constant(I64, v * self.vectors.lanes), tail)
                     at = self.vectors.at(row, v * self.vectors.lanes)
                     b.call(self.vectors.mstore, [self.vectors.zero, at, i32(4), mask])
+
+    def _dot(self, coeffs, values: dict[int, ir.Value], start: ir.Value | None = None):
+        """``start + sum(coeffs[d] * values[d])``, coefficients possibly run-time values."""
+        b = self.vectors.b
+        total = start if start is not None else ir.Constant(I64, 0)
+        for d, value in values.items():
+            if coeffs[d]:
+                total = b.add(total, b.mul(value, self.value(coeffs[d])))
+        return total
 
     def fuse_packing(self, *, dot_columns: bool) -> bool:
         """Whether the first row tile of a block packs B as it computes: it reads B in
@@ -154,12 +164,12 @@ class Packing:
         b, geo, kk = self.vectors.b, self.geo, row
         inner = geo.cols[-1]
         runs = self.run_dims
-        width = math.prod(geo.sizes[d] for d in runs)
-        base = b.mul(rho, ir.Constant(I64, width))
+        width = self.value(math.prod(geo.sizes[d] for d in runs))
+        base = b.mul(rho, width)
         w0 = at_least(b, b.sub(jc, base), 0)
-        w1 = at_most(b, b.sub(b.add(jc, nc), base), width)
+        w1 = lesser(b, b.sub(b.add(jc, nc), base), width)
         values = unflatten(b, rho, [(d, geo.sizes[d]) for d in geo.cols[: -len(runs)]])
-        offset = dot(b, geo.b.coeffs, values, 0, start=row_off)
+        offset = self._dot(geo.b.coeffs, values, start=row_off)
         lo, hi = w0, w1
         for (coeffs, _), rest in zip(geo.constraints, rests, strict=True):
             rest = dot(b, coeffs, values, 0, start=rest)
@@ -189,7 +199,8 @@ class Packing:
         the hardware prefetchers miss; a prefetch past B's end does not fault)."""
         b = self.vectors.b
         at = b.gep(src, [b.add(offset, w)], source_etype=F32)
-        later = self.vectors.at(at, PACK_PREFETCH_ROWS * self.ldb)
+        later = b.gep(at, [b.mul(ir.Constant(I64, PACK_PREFETCH_ROWS), self.value(self.ldb))],
+                      source_etype=F32)  # fmt: skip
         b.call(self.vectors.prefetch, [later, i32(0), i32(3), i32(1)])
 
     def _panel_store(self, panel, k, col, value, mask) -> None:

@@ -122,7 +122,7 @@ def emit_gemm_call(
     name = f"{b.function.name}.gemm{len(b.module.globals)}"
     strides = run_time_strides(geo, extra)
     gemm_fn = _gemm_function(b.module, name, gemm, extra, lanes)
-    whole = [ir.Constant(I64, 0), count(geo.m), ir.Constant(I64, 0), ir.Constant(I64, geo.n)]
+    whole = [ir.Constant(I64, 0), count(geo.m), ir.Constant(I64, 0), count(geo.n)]
     stride_values = [count(x) for x in strides]
     if params.split not in ("rows", "cols"):
         b.call(gemm_fn, [*bases, *whole, *stride_values])
@@ -136,7 +136,8 @@ def emit_gemm_call(
         b.module, name + ".chunk", gemm_fn, split=params.split, step=step, geo=geo,
         pointers=len(bases),
     )  # fmt: skip
-    values = [b.ptrtoint(ptr, I64) for ptr in bases] + [whole[1], extent, *stride_values]
+    values = [b.ptrtoint(ptr, I64) for ptr in bases] + [whole[1], whole[3], extent]
+    values += stride_values
     with b.goto_block(b.function.entry_basic_block):  # once, not per outer iteration
         ctx = b.alloca(I64, ir.Constant(I64, len(values)), "gemm.ctx")
     for k, value in enumerate(values):
@@ -167,24 +168,24 @@ def _chunk_body(
 ) -> ir.Function:
     """``body(ctx, lo, hi)``: chunks lo..hi (inclusive) of ``step`` rows or columns
     (split along ``split``: "rows" or "cols"), each a call of ``gemm``. ``ctx`` holds the
-    operands' pointers, then the row count and the extent split, then the run-time row
-    strides (:func:`run_time_strides`: a parametric GEMM's may be)."""
+    operands' pointers, then the row and column counts and the extent split, then the
+    run-time sizes and strides (:func:`run_time_strides`: a parametric GEMM's may be)."""
     fn = ir.Function(module, threads.BODY_TYPE, name)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     ctx, lo, hi = fn.args
     count = pointers
     strides = len(gemm.args) - 4 - pointers
     words = [b.load(b.gep(ctx, [ir.Constant(I64, k)], source_etype=I64), typ=I64)
-             for k in range(count + 2 + strides)]  # fmt: skip
+             for k in range(count + 3 + strides)]  # fmt: skip
     ptrs = [b.inttoptr(word, PTR) for word in words[:count]]
-    rows, extent = words[count : count + 2]
+    rows, cols, extent = words[count : count + 3]
     start = b.mul(lo, ir.Constant(I64, step))
     stop = lesser(b, b.mul(b.add(hi, ir.Constant(I64, 1)), ir.Constant(I64, step)), extent)
     if split == "rows":
-        ranges = [start, stop, ir.Constant(I64, 0), ir.Constant(I64, geo.n)]
+        ranges = [start, stop, ir.Constant(I64, 0), cols]
     else:
         ranges = [ir.Constant(I64, 0), rows, start, stop]
-    b.call(gemm, [*ptrs, *ranges, *words[count + 2 :]])
+    b.call(gemm, [*ptrs, *ranges, *words[count + 3 :]])
     b.ret_void()
     return fn
 
@@ -278,10 +279,11 @@ class RowTile:
 
 
 def run_time_strides(geo: Geometry, extra) -> list[Poly]:
-    """The row strides of A, C and the epilogue operands that are polynomials in a
-    parametric kernel's parameters (distinct, in order): the GEMM function takes their
-    values after its ranges."""
-    found = [geo.lda, geo.ldc, *(affine.coeffs[geo.row] for _, _, affine, _ in extra)]
+    """The depth, the columns, B's row stride and the row strides of A, C and the
+    epilogue operands that are polynomials in a parametric kernel's parameters
+    (distinct, in order): the GEMM function takes their values after its ranges."""
+    found = [geo.k, geo.n, b_row_stride(geo), geo.lda, geo.ldc]
+    found += [affine.coeffs[geo.row] for _, _, affine, _ in extra]
     return list(dict.fromkeys(x for x in found if isinstance(x, Poly)))
 
 
@@ -304,9 +306,10 @@ def _gemm_function(module, name, gemm: Gemm, extra, lanes: int) -> ir.Function:
     i_lo, i_hi, j_lo, j_hi = fn.args[pointers : pointers + 4]
     with loop(b, j_lo, j_hi, params.nc, "jc") as jc:
         nc = at_most(b, b.sub(j_hi, jc), params.nc)
-        with loop(b, ir.Constant(I64, 0), ir.Constant(I64, geo.k), params.kc, "kc") as kc:
-            kcl = at_most(b, b.sub(ir.Constant(I64, geo.k), kc), params.kc)
-            finishing = b.icmp_signed("==", b.add(kc, kcl), ir.Constant(I64, geo.k))
+        depth = g.stride(geo.k)
+        with loop(b, ir.Constant(I64, 0), depth, params.kc, "kc") as kc:
+            kcl = at_most(b, b.sub(depth, kc), params.kc)
+            finishing = b.icmp_signed("==", b.add(kc, kcl), depth)
             starting = b.icmp_signed("==", kc, ir.Constant(I64, 0))
             block = Block(jc, nc, kc, kcl, starting=starting, finishing=finishing)
             _block(g, fn, scratch, block, rows=(i_lo, i_hi))
@@ -452,7 +455,7 @@ class _Gemm:
         contiguously, a line or two per k, and not one line a page apart per k."""
         self.v = Vectors.declare(b, lanes, multiply_add=multiply_add(b.module))
         """The IR builder's vector types, intrinsics and constants."""
-        self.packing = Packing(self.v, geo, params, self.ldb, self.stride(geo.lda))
+        self.packing = Packing(self.v, geo, params, self.ldb, self.stride)
         self.tap_loops = (
             TapLoops(self.v, geo, params, self.taps, tap_span(geo, self.taps))
             if self.taps is not None
@@ -473,7 +476,9 @@ class _Gemm:
         if params.packb and not self.panels:
             b_panel = b.alloca(F32, ir.Constant(I64, params.kc * self.ncp), "bp")
             b_panel.align = 64
-        ends = self.geo.n % lanes  # columns past whole vectors: at N's end, or every block
+        # columns past whole vectors: at N's end (any, where N is a run-time value), or
+        # every block
+        ends = self.geo.n % lanes if isinstance(self.geo.n, int) else 1
         bt, kcp = None, 0
         if not params.packa and (0 < ends <= DOT_COLUMNS or params.nc % lanes):
             kcp = -(-params.kc // lanes) * lanes + lanes
@@ -501,7 +506,7 @@ class _Gemm:
         taps, channel ``k // taps`` at ``channel * step`` (kc starts a channel)."""
         b = self.b
         if self.taps is None:
-            return b.add(b.mul(kc, ir.Constant(I64, self.ldb)), col)
+            return b.add(b.mul(kc, self.stride(self.ldb)), col)
         channel = b.udiv(kc, ir.Constant(I64, self.taps.count))
         return b.add(b.mul(channel, ir.Constant(I64, self.taps.step)), col)
 
@@ -628,7 +633,7 @@ class _Gemm:
             with otherwise:
                 self._store_tile(acc, c_rows, masks, ir_, ie)
 
-    def fill_columns(self, src, step: int, first, rest, kcl, *, scratch: Scratch) -> None:
+    def fill_columns(self, src, step: Dim, first, rest, kcl, *, scratch: Scratch) -> None:
         """Copy B's columns ``first .. first + rest`` of this tile (``src``: its column 0,
         ``step`` floats from one k to the next) into ``scratch.bt``, one row per column, each
         zero-padded to a whole vector past ``kcl``."""
@@ -637,7 +642,7 @@ class _Gemm:
             row = b.gep(scratch.bt, [b.mul(j, ir.Constant(I64, scratch.kcp))], source_etype=F32)
             column = b.gep(src, [b.add(first, j)], source_etype=F32)
             with loop(b, ir.Constant(I64, 0), kcl, 1, "btk") as k:
-                at = b.gep(column, [b.mul(k, ir.Constant(I64, step))], source_etype=F32)
+                at = b.gep(column, [b.mul(k, self.stride(step))], source_etype=F32)
                 value = b.load(at, typ=F32, align=4)
                 b.store(value, b.gep(row, [k], source_etype=F32), align=4)
             end = b.gep(row, [kcl], source_etype=F32)
@@ -903,7 +908,7 @@ class _Gemm:
                 for v in range(len(masks))
             ]
         else:  # B itself: a partial tile's missing columns are not read
-            row = b.gep(b_at, [b.mul(k, ir.Constant(I64, self.ldb))], source_etype=F32)
+            row = b.gep(b_at, [b.mul(k, self.stride(self.ldb))], source_etype=F32)
             bv = [
                 b.call(
                     self.v.mload,

@@ -79,7 +79,7 @@ class Poly:
     @property
     def isl_names(self) -> frozenset[str]:
         """The isl parameters :meth:`isl` names."""
-        return frozenset(TIMES.join(n for n, _ in mono) for mono, _ in self.terms if mono)
+        return frozenset(_isl_name(mono) for mono, _ in self.terms if mono)
 
     @property
     def constant(self) -> int | None:
@@ -94,8 +94,8 @@ class Poly:
         for mono, coeff in self.terms:
             if not mono:
                 parts.append(str(coeff))
-            elif all(power == 1 for _, power in mono) and len(mono) <= 2:
-                parts.append(f"{coeff}*{TIMES.join(name for name, _ in mono)}")
+            elif sum(power for _, power in mono) <= 2:
+                parts.append(f"{coeff}*{_isl_name(mono)}")
             else:
                 raise NotParametric(f"{self} is not affine; isl cannot hold it")
         return "(" + " + ".join(parts or ["0"]) + ")"
@@ -106,6 +106,11 @@ class Poly:
             names = "*".join(n if p == 1 else f"{n}^{p}" for n, p in mono)
             parts.append(str(coeff) if not names else names if coeff == 1 else f"{coeff}*{names}")
         return " + ".join(parts) or "0"
+
+
+def _isl_name(mono: Monomial) -> str:
+    """The isl parameter of a monomial of degree 1 or 2: ``S``, ``N_x_S``, ``S_x_S``."""
+    return TIMES.join(name for name, power in mono for _ in range(power))
 
 
 def _times(m1: Monomial, m2: Monomial) -> Monomial:
@@ -169,9 +174,9 @@ special-case broadcasting) and none divides another's tiles."""
 
 def parameters(symbols: Sequence[str]) -> tuple[str, ...]:
     """The isl parameters of a program over ``symbols``: each symbol, then each product
-    of two (``batch_x_seq``: isl is affine, so a flattened batch x sequence dim is a
-    parameter of its own, whose value the runtime computes)."""
-    pairs = [TIMES.join(sorted((a, b))) for i, a in enumerate(symbols) for b in symbols[i + 1 :]]
+    of two, squares too (``batch_x_seq``: isl is affine, so a flattened batch x sequence
+    dim is a parameter of its own, whose value the runtime computes)."""
+    pairs = [TIMES.join(sorted((a, b))) for i, a in enumerate(symbols) for b in symbols[i:]]
     return (*symbols, *pairs)
 
 
@@ -187,8 +192,9 @@ def parameter_value(name: str, point: Point) -> int:
 
 
 def _monomials(symbols: Sequence[str]) -> list[Monomial]:
-    pairs = [((a, 1), (b, 1)) for i, a in enumerate(symbols) for b in symbols[i + 1 :]]
-    return [(), *(((s, 1),) for s in symbols), *(tuple(sorted(p)) for p in pairs)]
+    """1, each symbol, and each product of two (squares too: S x S score matrices)."""
+    pairs = [_times(((a, 1),), ((b, 1),)) for i, a in enumerate(symbols) for b in symbols[i:]]
+    return [(), *(((s, 1),) for s in symbols), *pairs]
 
 
 def _monomial_at(mono: Monomial, point: Point) -> int:

@@ -97,11 +97,12 @@ def _nest(samples) -> LoopNest:
 
 
 def _moved(kernel: Kernel, samples: Sequence[Sample], fit: Fit) -> KernelSchedule | None:
-    """The default schedule chosen at the first and last samples, on ``kernel``; None
-    where they differ, or it holds what a parametric kernel cannot run."""
+    """The default schedule chosen at the last two samples, on ``kernel``; where they
+    differ, a contraction alone in the micro-kernel; None where neither can be, or the
+    schedule holds what a parametric kernel cannot run."""
     states = [default_schedule(k, b).state for k, b in samples[-2:]]
     if any(s is None or s.scratch for s in states) or _form(states[0]) != _form(states[1]):
-        return None
+        return _gemm_alone(kernel, samples, fit)
     state = dataclasses.replace(states[1], kernel=kernel)
     gemms = []
     for loop, marks in states[1].marks.items():
@@ -114,18 +115,39 @@ def _moved(kernel: Kernel, samples: Sequence[Sample], fit: Fit) -> KernelSchedul
                 fitted = _any_row(kernel, host, state, samples, fit)
                 if fitted is None:
                     return None
-                if fitted[2] is not None:  # another row dim: its own nests
-                    state = fitted[2]
-                    loop = next(
-                        v.name for n in state.nests if n.statement == host for v in n.loops
-                        if v.expr == fitted[1].dims[fitted[1].row]
-                    )  # fmt: skip
-                    mark = next(m for m in state.marks[loop] if is_ukernel_mark(m))
+                state = _marked(fitted[2] or state, host, fitted)
                 gemms.append(fitted[0])
-                params = _parameters(fitted[1], Params.from_mark(mark))
-                state = _remarked(state, loop, mark, params.mark())
+    return _legal(state, gemms)
+
+
+def _gemm_alone(kernel: Kernel, samples: Sequence[Sample], fit: Fit) -> KernelSchedule | None:
+    """The kernel's one contraction in the micro-kernel, its other statements in SIMD
+    loops (schedule/heuristics/ukernel.py's with_ukernel), where that fits."""
+    last, buffers = samples[-1]
+    hosts = [s.name for s in last.statements if geometry(s, buffers) is not None]
+    if len(hosts) != 1:
+        return None
+    fitted = _any_row(kernel, hosts[0], None, samples, fit)
+    if fitted is None:
+        return None
+    return _legal(_marked(fitted[2], hosts[0], fitted), [fitted[0]])
+
+
+def _marked(state: State, host: str, fitted) -> State:
+    """``state`` with the ukernel mark over ``host``'s row loop set to the parameters of
+    the fitted GEMM (``_parameters``)."""
+    geo = fitted[1]
+    loop = next(
+        v.name for n in state.nests if n.statement == host for v in n.loops
+        if v.expr == geo.dims[geo.row]
+    )  # fmt: skip
+    mark = next(m for m in state.marks[loop] if is_ukernel_mark(m))
+    return _remarked(state, loop, mark, _parameters(geo, Params.from_mark(mark)).mark())
+
+
+def _legal(state: State, gemms) -> KernelSchedule:
     schedule = dataclasses.replace(state.to_kernel_schedule(), gemms=tuple(gemms))
-    check_legal(schedule, dependences(kernel))
+    check_legal(schedule, dependences(state.kernel))
     return schedule
 
 
@@ -157,7 +179,7 @@ def _any_row(kernel: Kernel, host: str, state: State, samples: Sequence[Sample],
     (state None) among equals."""
     found = []
     try:
-        default = _fitted_gemm(kernel, host, state, samples, fit)
+        default = None if state is None else _fitted_gemm(kernel, host, state, samples, fit)
     except PolyonnxError:
         default = None
     if default is not None:
@@ -294,18 +316,24 @@ def _tails(kernel: Kernel, host: str, state: State) -> list[str]:
 
 def _runs_parametric(geo: Geometry) -> bool:
     """Whether only what emit/ukernel.py reads at run time depends on the parameters:
-    the row count, the outer dims' sizes and the operands' strides along them and along
-    the rows (not B's: B does not move along the rows)."""
+    the row count, the depth and the columns (each of one dim), the outer dims' sizes,
+    the operands' strides along them and along the rows (not B's: B does not move along
+    the rows), and B's along its depth."""
     free = {geo.row, *geo.outer}
-    if any(isinstance(n, Poly) for d, n in enumerate(geo.sizes) if d not in free):
+    single = {
+        *(geo.depth if len(geo.depth) == 1 else ()),
+        *(geo.cols if len(geo.cols) == 1 else ()),
+    }
+    if any(isinstance(n, Poly) for d, n in enumerate(geo.sizes) if d not in free | single):
         return False
     outer = set(geo.outer)
-    if any(isinstance(c, Poly) for d, c in enumerate(geo.b.coeffs) if d not in outer):
+    moving = outer | (set(geo.depth) & single)  # B's row stride, of one depth dim
+    if any(isinstance(c, Poly) for d, c in enumerate(geo.b.coeffs) if d not in moving):
         return False
-    for op in (geo.a, geo.b, geo.c):
+    for op, allowed in ((geo.a, free), (geo.b, moving), (geo.c, free)):
         if isinstance(op.const, Poly):
             return False
-        if any(isinstance(c, Poly) for d, c in enumerate(op.coeffs) if d not in free):
+        if any(isinstance(c, Poly) for d, c in enumerate(op.coeffs) if d not in allowed):
             return False
     return not any(isinstance(x, Poly) for coeffs, c in geo.constraints for x in (*coeffs, c))
 
