@@ -203,15 +203,7 @@ class _KernelWalker:
         of the outer dims the enclosing loops give."""
         under = self._instances_under(node)
         fitted = {g.statement: g for g in self.gemms}
-        found = [
-            (
-                i,
-                fitted[i.stmt.name].geo
-                if i.stmt.name in fitted
-                else geometry(i.stmt, self.buffers),
-            )
-            for i in under
-        ]
+        found = [(i, self._view(i, fitted)) for i in under]
         found = [(i, g) for i, g in found if g is not None]
         if not found:
             names = sorted(i.stmt.name for i in under)
@@ -232,6 +224,13 @@ class _KernelWalker:
             self.b, gemm, self.width, self.pointers, outer, self.buffers,
             count=lambda n: self._count(n, env),
         )  # fmt: skip
+
+    def _view(self, inst: Instance, fitted):
+        """The GEMM view of a statement: a parametric kernel's are fitted (its
+        KernelSchedule.gemms), and its other statements have none."""
+        if fitted:
+            return fitted[inst.stmt.name].geo if inst.stmt.name in fitted else None
+        return geometry(inst.stmt, self.buffers)
 
     def _instances_under(self, node: isl.AstNode) -> list[Instance]:
         """The statement instances of the user nodes in this subtree (its own copies: isl
@@ -300,6 +299,7 @@ class _KernelWalker:
         env = {name: a for (name, _), a in zip(free[count:], core.args[count:-2], strict=True)}
         inner = _KernelWalker(cb, self.ast, pointers, self.buffers, self.width, checks=self.checks)
         inner.panels = self.panels
+        inner.gemms = self.gemms
         inner.loop(node, env, core.args[-2], last=core.args[-1])
         cb.ret_void()
 

@@ -320,7 +320,10 @@ class Fit:
         )
         return Buffer(first.name, shape, first.dtype)
 
-    def program(self, programs: Sequence[Program]) -> Program:
+    def program(self, programs: Sequence[Program], derived: set[str] | None = None) -> Program:
+        """The programs unified. A constant that depends on the sizes (a causal mask
+        folded from the sequence length) is refused, or with ``derived`` added to it:
+        its values are then the caller's to supply per size (its buffer's dims fitted)."""
         first = programs[0]
         for name in ("inputs", "outputs"):
             self.same([getattr(p, name) for p in programs], f"the program's {name}")
@@ -328,10 +331,16 @@ class Fit:
             self.same([tuple(getattr(p, name)) for p in programs], f"the names of its {name}")
         if any(p.input_offsets for p in programs):
             raise NotParametric("its code is laid out for where an input starts")
-        constants = {
-            n: self.same([p.constants[n] for p in programs], f"constant {n!r}")
-            for n in first.constants
-        }
+        constants = {}
+        for n in first.constants:
+            values = [p.constants[n] for p in programs]
+            try:
+                constants[n] = self.same(values, f"constant {n!r}")
+            except NotParametric:
+                if derived is None or len({v.dtype for v in values}) != 1:
+                    raise
+                derived.add(n)
+                constants[n] = values[-1]
         slices = {
             n: self.same([p.slices[n] for p in programs], f"where part {n!r} starts")
             for n in first.slices

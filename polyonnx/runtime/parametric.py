@@ -10,6 +10,7 @@ Each arena tensor has a slot of its own, so the entry's pointers follow the plan
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from polyonnx.aligned import ALIGN, aligned_empty
+from polyonnx.aligned import ALIGN, aligned, aligned_empty
 from polyonnx.emit.abi import failure
 from polyonnx.emit.jit import JitModule
 from polyonnx.emit.module import ENTRY, PROFILE_GLOBAL, plan_modules, register_profile_symbols
@@ -27,6 +28,7 @@ from polyonnx.krnl.ir import Program
 from polyonnx.krnl.lower import lower
 from polyonnx.krnl.params import (
     Fit,
+    NotParametric,
     Point,
     Poly,
     parameter_value,
@@ -87,15 +89,19 @@ def plan_slots(program: Program) -> Slots:
 def lowering_at(inputs, load: Callable[..., object]) -> Callable[[Mapping[str, int]], Program]:
     """``lower_at`` for :func:`compile_parametric`: the graph loaded by ``load(shapes=...)``
     with each symbolic dim of ``inputs`` (frontend Values) at the point's value, lowered."""
+    return lambda point: lower(load(shapes=shapes_at(inputs, point)))
 
-    def lower_at(point: Mapping[str, int]) -> Program:
-        shapes = {
-            v.name: tuple(point.get(d, d) if isinstance(d, str) else d for d in v.shape)
-            for v in inputs
-        }
-        return lower(load(shapes=shapes))
 
-    return lower_at
+def constants_at(inputs, load: Callable[..., object]):
+    """``constants_at`` for :func:`compile_parametric`: the folded constants of the graph
+    that ``load`` gives at a point (see :func:`lowering_at`)."""
+    return lambda point: load(shapes=shapes_at(inputs, point)).constants
+
+
+def shapes_at(inputs, point: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+    return {
+        v.name: tuple(point.get(d, d) if isinstance(d, str) else d for d in v.shape) for v in inputs
+    }
 
 
 def compile_parametric(
@@ -105,21 +111,27 @@ def compile_parametric(
     *,
     checks: bool = True,
     profile: bool = False,
+    constants: Callable[[Mapping[str, int]], Mapping[str, np.ndarray]] | None = None,
 ) -> ParametricModel:
     """The model of ``lower_at`` (a Program at given values of ``symbols``) compiled once,
     with the symbols as isl parameters; raises NotParametric where there is no such
-    program, ScheduleError where its nests are not legal for every value."""
+    program, ScheduleError where its nests are not legal for every value. ``constants``
+    gives the model's folded constants at a point: with it, constants computed from the
+    sizes (a causal mask) are taken from it at each new size (``Derived``)."""
     target = target or host_target()
     with gc_paused():
         fit = Fit(tuple(symbols), sample_points(symbols))
         samples = [optimize(lower_at(point)) for point in fit.points]
-        program = fit.program(samples)
+        names: set[str] = set()
+        program = fit.program(samples, names if constants is not None else None)
+        derived = _derived(names, samples[-1], fit.points[-1], constants)
         check_bounds(program)
         schedules = tuple(
             parametric_schedule(k, [(s.kernels[i], s.buffers) for s in samples], fit)
             for i, k in enumerate(program.kernels)
         )
         program, schedules = pack_constants(program, schedules)
+        schedules = tuple(_unpacked(s, program, names) for s in schedules)
         slots = plan_slots(program)
         plan = plan_modules(
             schedules,
@@ -133,7 +145,40 @@ def compile_parametric(
         )
         objects = compile_objects(plan.entry, plan.jobs, program.buffers, target)
     jit = JitModule(objects.objects, target, objects.sources)
-    return ParametricModel(program, schedules, slots, jit, checks)
+    return ParametricModel(program, schedules, slots, jit, checks, derived)
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Constants whose values depend on the sizes: ``names``, taken from ``constants_at``
+    (the model's graph folded at a point) once per distinct point."""
+
+    names: tuple[str, ...]
+    constants_at: Callable[[Mapping[str, int]], Mapping[str, np.ndarray]] | None
+
+    def at(self, point: Mapping[str, int]) -> dict[str, np.ndarray]:
+        found = self.constants_at(point)
+        return {n: aligned(np.asarray(found[n])) for n in self.names}
+
+
+def _derived(names: set[str], sample: Program, point, constants_at) -> Derived:
+    """The size-dependent constants, checked to be the graph's own: what ``constants_at``
+    gives at the last sample point must be what the lowering used there."""
+    if not names:
+        return Derived((), None)
+    found = constants_at(point)
+    for name in sorted(names):
+        given = found.get(name)
+        if given is None or np.asarray(given).tobytes() != sample.constants[name].tobytes():
+            raise NotParametric(f"constant {name!r} depends on the sizes")
+    return Derived(tuple(sorted(names)), constants_at)
+
+
+def _unpacked(schedule: KernelSchedule, program: Program, derived: set[str]) -> KernelSchedule:
+    """``schedule`` without a panel copy of a size-dependent B (packed at one size)."""
+    if any(program.root(b) in derived for b, _ in schedule.panels):
+        return dataclasses.replace(schedule, panels=())
+    return schedule
 
 
 def kernel_seconds(model: ParametricModel) -> list[tuple[str, float]]:
@@ -167,6 +212,7 @@ class ParametricModel:
         slots: Slots,
         jit: JitModule,
         checks: bool,
+        derived: Derived = Derived((), None),
     ):
         self.program = program
         self.schedules = schedules
@@ -188,7 +234,8 @@ class ParametricModel:
         for i, name in enumerate(slots.external):
             if name in program.constants:
                 self._pointers[i] = program.constants[name].ctypes.data
-        self.compile_count = 1
+        self.derived = derived
+        self._derived: dict[tuple, dict[str, np.ndarray]] = {}
 
     tuned: tuple[str, ...] = ()
     """Tuning records do not apply to parametric code yet."""
@@ -255,6 +302,7 @@ class ParametricModel:
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         point = self.point(inputs)
         offsets, total = self._plan(point)
+        derived = self._derived_at(point)
         results: dict[str, np.ndarray] = {}
         with self._lock:
             if self._arena.nbytes < total:
@@ -271,6 +319,9 @@ class ParametricModel:
                 elif name not in self.program.constants:
                     results[name] = self._output(name, point)
                     pointers[i] = results[name].ctypes.data
+            for i, name in enumerate(self.slots.external):
+                if name in derived:
+                    pointers[i] = derived[name].ctypes.data
             for k, name in enumerate(self.parameters):
                 self._params[k] = parameter_value(name, point)
             self._entry(pointers)
@@ -281,9 +332,23 @@ class ParametricModel:
         for name in self.program.outputs:
             if name not in results:
                 given = inputs.get(name)
-                source = given if given is not None else self.program.constants[name]
+                source = given if given is not None else self._constant(name, point)
                 results[name] = np.array(source)
         return {name: results[name] for name in self.program.outputs}
+
+    def _constant(self, name: str, point: Point) -> np.ndarray:
+        return self._derived_at(point).get(name, self.program.constants.get(name))
+
+    def _derived_at(self, point: Point) -> dict[str, np.ndarray]:
+        """The size-dependent constants at ``point`` (folded once per distinct point)."""
+        if not self.derived.names:
+            return {}
+        key = tuple(point[s] for s in self.symbols)
+        if key not in self._derived:
+            if len(self._derived) >= RECENT_PLANS:
+                self._derived.clear()
+            self._derived[key] = self.derived.at(point)
+        return self._derived[key]
 
     def _output(self, name: str, point: Point) -> np.ndarray:
         buffer = self.program.buffers[name]

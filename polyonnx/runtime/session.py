@@ -52,7 +52,12 @@ from polyonnx.runtime.compiled import (
     compile_program,
 )
 from polyonnx.runtime.library import LibraryModel, is_library
-from polyonnx.runtime.parametric import ParametricModel, compile_parametric, lowering_at
+from polyonnx.runtime.parametric import (
+    ParametricModel,
+    compile_parametric,
+    constants_at,
+    lowering_at,
+)
 from polyonnx.runtime.special import Specialised, specialize_argument
 from polyonnx.target import Target, host_target, llvm_version
 
@@ -409,12 +414,16 @@ class InferenceSession:
     def _compile_parametric(self, feed, symbols: list[str]) -> ParametricModel | None:
         """The model compiled once for every value of ``symbols``; None (and why in
         ``not_parametric``) where it cannot be."""
-        if self.profiling or self.records is not None:
-            self.not_parametric = "profiled and tuned sessions compile per shape"
+        if self.profiling:
+            self.not_parametric = "a profiled session compiles per shape (kernel_profile)"
             return None
-        lower_at = lowering_at(self.graph.inputs, partial(self._specialised, feed, merge=False))
+        load = partial(self._specialised, feed, merge=False)
+        lower_at = lowering_at(self.graph.inputs, load)
+        folded = constants_at(self.graph.inputs, load)
         try:
-            model = compile_parametric(symbols, lower_at, self._target, checks=self.checks)
+            model = compile_parametric(
+                symbols, lower_at, self._target, checks=self.checks, constants=folded
+            )
         except PolyonnxError as exc:
             self.not_parametric = str(exc)
             return None
