@@ -347,7 +347,12 @@ class Fit:
         }
         views = {n: self.same([p.views[n] for p in programs], f"view {n!r}") for n in first.views}
         buffers = {n: self.buffer([p.buffers[n] for p in programs]) for n in first.buffers}
-        kernels = self.tree([p.kernels for p in programs], "the kernels")
+        if any(len(p.kernels) != len(first.kernels) for p in programs):
+            raise NotParametric("its kernels change in number with the sizes")
+        kernels = tuple(
+            self.tree([p.kernels[i] for p in programs], f"kernel {k.name!r} ({k.op_type})")
+            for i, k in enumerate(first.kernels)
+        )
         return dataclasses.replace(
             first,
             kernels=kernels,
