@@ -276,3 +276,31 @@ def conv2d_reference(x, w, bias, stride: int, pad: int, dilation: int, group: in
     if bias is not None:
         y += bias[None, :, None, None]
     return y.astype(np.float32)
+
+
+def reshaped_by_its_shape() -> tuple[list, dict]:
+    """Nodes and constants of x [S, 3, 4] reshaped to [S, 12] by a target computed from
+    its Shape (Shape -> Gather -> Unsqueeze -> Concat, as torch exports it), then a Slice
+    and a Concat along the static axis: y [S, 20]."""
+    import onnx.helper
+
+    def node(op, inputs, outputs, **attrs):
+        return onnx.helper.make_node(op, inputs, outputs, name=outputs[0], **attrs)
+
+    def ints(*values):
+        return np.array(values, np.int64)
+
+    nodes = [
+        node("Shape", ["x"], ["shape"]),
+        node("Gather", ["shape", "zero"], ["n"], axis=0),
+        node("Unsqueeze", ["n", "zero1"], ["n1"]),
+        node("Concat", ["n1", "minus1"], ["target"], axis=0),
+        node("Reshape", ["x", "target"], ["flat"]),
+        node("Slice", ["flat", "start", "end", "one1"], ["part"]),
+        node("Concat", ["part", "flat"], ["y"], axis=1),
+    ]
+    constants = {
+        "zero": np.array(0, np.int64), "zero1": ints(0), "minus1": ints(-1),
+        "start": ints(2), "end": ints(10), "one1": ints(1),
+    }  # fmt: skip
+    return nodes, constants

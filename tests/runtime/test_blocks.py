@@ -19,7 +19,14 @@ from onnx import helper
 import polyonnx
 from polyonnx.errors import InputError
 from polyonnx.runtime.blocks import Blocked
-from tests.helpers import assert_matches, fast, make_model, sum_tol, value_info
+from tests.helpers import (
+    assert_matches,
+    fast,
+    make_model,
+    reshaped_by_its_shape,
+    sum_tol,
+    value_info,
+)
 
 TORCH = Path(__file__).parent.parent / "data" / "torch"
 SIZES = st.lists(st.sampled_from((1, 2, 3, 4, 5, 6, 7, 8, 9, 13)), min_size=2, max_size=5)
@@ -179,26 +186,12 @@ def embedding() -> Case:
 def computed_shapes() -> Case:
     """Shape -> Gather -> Unsqueeze -> Concat -> Reshape (as torch exports), then Slice and
     Concat along a non-batch axis."""
+    nodes, constants = reshaped_by_its_shape()
     return case(
-        [
-            node("Shape", ["x"], ["shape"]),
-            node("Gather", ["shape", "zero"], ["n"], axis=0),
-            node("Unsqueeze", ["n", "zero1"], ["n1"]),
-            node("Concat", ["n1", "minus1"], ["target"], axis=0),
-            node("Reshape", ["x", "target"], ["flat"]),
-            node("Slice", ["flat", "start", "end", "one1"], ["part"]),
-            node("Concat", ["part", "flat"], ["y"], axis=1),
-        ],
+        nodes,
         {"x": (("N", 3, 4), F)},
         {"y": (("N", 20), F)},
-        {
-            "zero": np.array(0, np.int64),
-            "zero1": ints(0),
-            "minus1": ints(-1),
-            "start": ints(2),
-            "end": ints(10),
-            "one1": ints(1),
-        },
+        constants,
     )
 
 

@@ -24,7 +24,7 @@ from polyonnx.runtime.blocks import Blocked
 from polyonnx.runtime.compiled import POISON
 from polyonnx.runtime.parametric import ParametricModel, compile_parametric, lowering_at
 from polyonnx.runtime.session import InferenceSession
-from tests.helpers import assert_matches, fast, make_model, value_info
+from tests.helpers import assert_matches, fast, make_model, reshaped_by_its_shape, value_info
 
 F = np.float32
 RNG = np.random.default_rng(0)
@@ -246,26 +246,12 @@ def gather() -> Case:
 def computed_shapes() -> Case:
     """Shape -> Gather -> Unsqueeze -> Concat -> Reshape (as exporters emit), then Slice
     and Concat along the static axis."""
+    nodes, constants = reshaped_by_its_shape()
     return case(
-        [
-            node("Shape", ["x"], ["shape"]),
-            node("Gather", ["shape", "zero"], ["n"], axis=0),
-            node("Unsqueeze", ["n", "zero1"], ["n1"]),
-            node("Concat", ["n1", "minus1"], ["target"], axis=0),
-            node("Reshape", ["x", "target"], ["flat"]),
-            node("Slice", ["flat", "start", "end", "one1"], ["part"]),
-            node("Concat", ["part", "flat"], ["y"], axis=1),
-        ],
+        nodes,
         {"x": (("S", 3, 4), F)},
         {"y": (("S", 20), F)},
-        {
-            "zero": np.array(0, np.int64),
-            "zero1": ints(0),
-            "minus1": ints(-1),
-            "start": ints(2),
-            "end": ints(10),
-            "one1": ints(1),
-        },
+        constants,
         expect=BLOCKED,
     )
 

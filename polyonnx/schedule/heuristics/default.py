@@ -112,10 +112,16 @@ and the threads take whole channels; 81-point padded planes measured slower
 
 def _plain(kernel: Kernel, buffers: Mapping[str, Buffer]) -> KernelSchedule:
     """Each statement in its default nest (as a State, so marks can be added)."""
+    plans = [loop_nest(stmt, buffers) for stmt in kernel.statements]
+    return nests_state(kernel, plans).to_kernel_schedule()
+
+
+def nests_state(kernel: Kernel, plans) -> State:
+    """Each statement of ``kernel`` in its LoopNest of ``plans`` (in statement order),
+    its SIMD loop marked."""
     nests, vector = [], []
     several = len(kernel.statements) > 1
-    for stmt in kernel.statements:
-        plan = loop_nest(stmt, buffers)
+    for stmt, plan in zip(kernel.statements, plans, strict=True):
         loops = tuple(Var(loop_name(e, stmt.name if several else None), e) for e in plan.order)
         nests.append(Nest(stmt.name, loops))
         if plan.vectorize and loops:
@@ -123,7 +129,7 @@ def _plain(kernel: Kernel, buffers: Mapping[str, Buffer]) -> KernelSchedule:
     state = State(kernel, tuple(nests))
     for name in vector:
         state = state.with_mark(name, VECTORIZE)
-    return state.to_kernel_schedule()
+    return state
 
 
 def _with_threads(schedule: KernelSchedule) -> KernelSchedule:

@@ -27,12 +27,17 @@ from polyonnx.krnl.params import Fit, Poly
 from polyonnx.schedule.deps import check_legal, dependences
 from polyonnx.schedule.gemm import FittedGemm, Geometry, Params, geometry, is_ukernel_mark
 from polyonnx.schedule.gemm_epilogue import epilogue_loads
-from polyonnx.schedule.heuristics.default import PARALLEL_POINTS, default_schedule, work
+from polyonnx.schedule.heuristics.default import (
+    PARALLEL_POINTS,
+    default_schedule,
+    nests_state,
+    work,
+)
 from polyonnx.schedule.heuristics.gemm_defaults import default_params
-from polyonnx.schedule.heuristics.nest import loop_name, loop_nest
+from polyonnx.schedule.heuristics.nest import loop_nest
 from polyonnx.schedule.heuristics.ukernel import with_ukernel
 from polyonnx.schedule.primitives import annotate
-from polyonnx.schedule.state import PARALLEL, Nest, State, Var
+from polyonnx.schedule.state import PARALLEL, State
 from polyonnx.schedule.tree import VECTORIZE, KernelSchedule, LoopNest
 from polyonnx.target import host_target
 
@@ -49,17 +54,11 @@ def parametric_schedule(kernel: Kernel, samples: Sequence[Sample], fit: Fit) -> 
     moved = _moved(kernel, samples, fit)
     if moved is not None:
         return moved
-    several = len(kernel.statements) > 1
-    nests, vector = [], []
-    for position, stmt in enumerate(kernel.statements):
-        plan = _nest([(k.statements[position], b) for k, b in samples[-2:]])
-        loops = tuple(Var(loop_name(e, stmt.name if several else None), e) for e in plan.order)
-        nests.append(Nest(stmt.name, loops))
-        if plan.vectorize and loops:
-            vector.append(loops[-1].name)
-    state = State(kernel, tuple(nests))
-    for name in vector:
-        state = state.with_mark(name, VECTORIZE)
+    plans = [
+        _nest([(k.statements[position], b) for k, b in samples[-2:]])
+        for position in range(len(kernel.statements))
+    ]
+    state = nests_state(kernel, plans)
     deps = dependences(kernel)
     state = _threaded(state, deps, samples[-1][0])
     schedule = state.to_kernel_schedule()
