@@ -205,9 +205,10 @@ def _compiled_how(session, compiled) -> str:
     plan = getattr(compiled, "plan", None)
     if plan is not None:
         return f" (one sample's code, for any {plan.symbol!r}: runtime/blocks.py)"
-    symbols = getattr(compiled, "symbols", None)
-    if isinstance(symbols, tuple) and symbols and hasattr(compiled, "parameters"):
-        names = ", ".join(repr(s) for s in symbols)
+    from polyonnx.runtime.parametric import ParametricModel
+
+    if isinstance(compiled, ParametricModel):
+        names = ", ".join(repr(s) for s in compiled.symbols)
         return f" (once, for any {names}: isl parameters, runtime/parametric.py)"
     if getattr(compiled, "cached", False):
         return " (loaded from the compile cache: polyonnx cache info)"

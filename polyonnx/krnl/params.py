@@ -135,10 +135,6 @@ def shape_at(shape: Sequence[Dim], point: Point) -> tuple[int, ...]:
     return tuple(value_at(d, point) for d in shape)
 
 
-def is_parametric(program: Program) -> bool:
-    return any(isinstance(d, Poly) for b in program.buffers.values() for d in b.shape)
-
-
 def program_symbols(program: Program) -> tuple[str, ...]:
     found = {s for b in program.buffers.values() for d in b.shape if isinstance(d, Poly)
              for s in d.symbols}  # fmt: skip

@@ -31,16 +31,23 @@ class Layout:
     """The most bytes of intermediates live at any one kernel: no plan can do better."""
 
 
-def plan_memory(program: Program) -> Layout:
+def external_slots(program: Program) -> tuple[list[str], dict[str, int]]:
+    """The caller's buffers in slot order (inputs, outputs, constants) and, for each
+    buffer that owns storage in one, its slot."""
     outputs = [o for o in program.outputs if o in program.buffers and o not in program.inputs]
     external = [*program.inputs, *dict.fromkeys(o for o in outputs if o not in program.constants)]
     external += [c for c in program.constants if c not in external]
-    slots = (*external, ARENA)
     owner = {name: i for i, name in enumerate(external)}
     for out in outputs:  # an output owns the storage it is a view of
         root = program.root(out)
         if root not in owner and out in owner:
             owner[root] = owner[out]
+    return external, owner
+
+
+def plan_memory(program: Program) -> Layout:
+    external, owner = external_slots(program)
+    slots = (*external, ARENA)
     places: dict[str, Placement] = {}
     arena_roots: dict[str, int] = {}
     for name in program.buffers:

@@ -21,9 +21,10 @@ import numpy as np
 from polyonnx.aligned import ALIGN, aligned, aligned_empty
 from polyonnx.emit.abi import failure
 from polyonnx.emit.jit import JitModule
-from polyonnx.emit.module import ENTRY, PROFILE_GLOBAL, plan_modules, register_profile_symbols
+from polyonnx.emit.module import ENTRY, plan_modules
 from polyonnx.emit.objects import compile_objects, gc_paused
 from polyonnx.errors import CodegenError, InputError, RunError
+from polyonnx.frontend.graph import Graph
 from polyonnx.krnl.ir import Program
 from polyonnx.krnl.lower import lower
 from polyonnx.krnl.params import (
@@ -38,7 +39,7 @@ from polyonnx.krnl.params import (
 )
 from polyonnx.krnl.verify import check_bounds
 from polyonnx.runtime.compiled import POISON, check_table, optimize, set_jit_threads
-from polyonnx.runtime.memory import arena_plan
+from polyonnx.runtime.memory import arena_plan, external_slots
 from polyonnx.schedule.astgen import INDEX_LIMIT, kernel_parameters
 from polyonnx.schedule.heuristics.panels import pack_constants
 from polyonnx.schedule.heuristics.parametric import parametric_schedule
@@ -70,14 +71,7 @@ class Slots:
 def plan_slots(program: Program) -> Slots:
     """Where each buffer lives, as runtime/memory.py's plan_memory places it, with the
     arena's tensors in slots of their own (their offsets are planned per size)."""
-    outputs = [o for o in program.outputs if o in program.buffers and o not in program.inputs]
-    external = [*program.inputs, *dict.fromkeys(o for o in outputs if o not in program.constants)]
-    external += [c for c in program.constants if c not in external]
-    owner = {name: i for i, name in enumerate(external)}
-    for out in outputs:
-        root = program.root(out)
-        if root not in owner and out in owner:
-            owner[root] = owner[out]
+    external, owner = external_slots(program)
     arena = [program.root(n) for n in program.buffers if program.root(n) not in owner]
     roots = tuple(dict.fromkeys(arena))
     for i, root in enumerate(roots):
@@ -86,45 +80,40 @@ def plan_slots(program: Program) -> Slots:
     return Slots(tuple(external), roots, places)
 
 
-def lowering_at(inputs, load: Callable[..., object]) -> Callable[[Mapping[str, int]], Program]:
-    """``lower_at`` for :func:`compile_parametric`: the graph loaded by ``load(shapes=...)``
-    with each symbolic dim of ``inputs`` (frontend Values) at the point's value, lowered."""
-    return lambda point: lower(load(shapes=shapes_at(inputs, point)))
+def graph_at(inputs, load: Callable[..., Graph]) -> Callable[[Mapping[str, int]], Graph]:
+    """``graph_at`` for :func:`compile_parametric`: the graph ``load(shapes=...)`` gives
+    with each symbolic dim of ``inputs`` (frontend Values) at the point's value."""
 
+    def at(point: Mapping[str, int]) -> Graph:
+        shapes = {
+            v.name: tuple(point.get(d, d) if isinstance(d, str) else d for d in v.shape)
+            for v in inputs
+        }
+        return load(shapes=shapes)
 
-def constants_at(inputs, load: Callable[..., object]):
-    """``constants_at`` for :func:`compile_parametric`: the folded constants of the graph
-    that ``load`` gives at a point (see :func:`lowering_at`)."""
-    return lambda point: load(shapes=shapes_at(inputs, point)).constants
-
-
-def shapes_at(inputs, point: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
-    return {
-        v.name: tuple(point.get(d, d) if isinstance(d, str) else d for d in v.shape) for v in inputs
-    }
+    return at
 
 
 def compile_parametric(
     symbols: Sequence[str],
-    lower_at: Callable[[Mapping[str, int]], Program],
+    graph_at: Callable[[Mapping[str, int]], Graph],
     target: Target | None = None,
     *,
     checks: bool = True,
-    profile: bool = False,
-    constants: Callable[[Mapping[str, int]], Mapping[str, np.ndarray]] | None = None,
 ) -> ParametricModel:
-    """The model of ``lower_at`` (a Program at given values of ``symbols``) compiled once,
-    with the symbols as isl parameters; raises NotParametric where there is no such
-    program, ScheduleError where its nests are not legal for every value. ``constants``
-    gives the model's folded constants at a point: with it, constants computed from the
-    sizes (a causal mask) are taken from it at each new size (``Derived``)."""
+    """The model whose graph at given values of ``symbols`` is ``graph_at(point)``,
+    compiled once with the symbols as isl parameters; raises NotParametric where there is
+    no such program, ScheduleError where its nests are not legal for every value. The
+    graph's constants computed from the sizes (a causal mask) are taken from
+    ``graph_at`` at each new size (``Derived``)."""
     target = target or host_target()
     with gc_paused():
         fit = Fit(tuple(symbols), sample_points(symbols))
-        samples = [optimize(lower_at(point)) for point in fit.points]
+        graphs = [graph_at(point) for point in fit.points]
+        samples = [optimize(lower(graph)) for graph in graphs]
         names: set[str] = set()
-        program = fit.program(samples, names if constants is not None else None)
-        derived = _derived(names, samples[-1], fit.points[-1], constants)
+        program = fit.program(samples, names)
+        derived = _derived(names, samples[-1], graphs[-1].constants, graph_at)
         check_bounds(program)
         schedules = tuple(
             parametric_schedule(k, [(s.kernels[i], s.buffers) for s in samples], fit)
@@ -141,7 +130,6 @@ def compile_parametric(
             errors=slots.errors,
             checks=checks,
             params=slots.params,
-            profile=profile and register_profile_symbols(),
         )
         objects = compile_objects(plan.entry, plan.jobs, program.buffers, target)
     jit = JitModule(objects.objects, target, objects.sources)
@@ -150,28 +138,27 @@ def compile_parametric(
 
 @dataclass(frozen=True)
 class Derived:
-    """Constants whose values depend on the sizes: ``names``, taken from ``constants_at``
-    (the model's graph folded at a point) once per distinct point."""
+    """Constants whose values depend on the sizes: ``names``, taken from the model's
+    graph folded at a point (``graph_at``) once per distinct point."""
 
     names: tuple[str, ...]
-    constants_at: Callable[[Mapping[str, int]], Mapping[str, np.ndarray]] | None
+    graph_at: Callable[[Mapping[str, int]], Graph] | None
 
     def at(self, point: Mapping[str, int]) -> dict[str, np.ndarray]:
-        found = self.constants_at(point)
+        found = self.graph_at(point).constants
         return {n: aligned(np.asarray(found[n])) for n in self.names}
 
 
-def _derived(names: set[str], sample: Program, point, constants_at) -> Derived:
-    """The size-dependent constants, checked to be the graph's own: what ``constants_at``
-    gives at the last sample point must be what the lowering used there."""
+def _derived(names: set[str], sample: Program, folded: Mapping, graph_at) -> Derived:
+    """The size-dependent constants, checked to be the graph's own: the graph's
+    ``folded`` constants at the last sample point must be what the lowering used there."""
     if not names:
         return Derived((), None)
-    found = constants_at(point)
     for name in sorted(names):
-        given = found.get(name)
+        given = folded.get(name)
         if given is None or np.asarray(given).tobytes() != sample.constants[name].tobytes():
             raise NotParametric(f"constant {name!r} depends on the sizes")
-    return Derived(tuple(sorted(names)), constants_at)
+    return Derived(tuple(sorted(names)), graph_at)
 
 
 def _unpacked(schedule: KernelSchedule, program: Program, derived: set[str]) -> KernelSchedule:
@@ -181,15 +168,12 @@ def _unpacked(schedule: KernelSchedule, program: Program, derived: set[str]) -> 
     return schedule
 
 
-def kernel_seconds(model: ParametricModel) -> list[tuple[str, float]]:
-    """Per kernel call of a model compiled with ``profile``: its name and the seconds
-    its calls took, summed (for finding where parametric code costs)."""
-    address = model.jit.global_address(PROFILE_GLOBAL)
-    words = ctypes.c_int64 * (2 * len(model.schedules))
-    counters = np.ctypeslib.as_array(words.from_address(address)).reshape(-1, 2)
-    return [
-        (s.kernel.name, int(c[0]) * 1e-9) for s, c in zip(model.schedules, counters, strict=True)
-    ]
+def _symbol_of(dim) -> str | None:
+    """The symbol a dim is, alone (``S``, not ``S - 1`` or ``2*S``), else None."""
+    if isinstance(dim, Poly) and len(dim.symbols) == 1:
+        (symbol,) = dim.symbols
+        return symbol if dim == Poly.symbol(symbol) else None
+    return None
 
 
 def _parameters(schedules: Sequence[KernelSchedule]) -> tuple[str, ...]:
@@ -254,16 +238,8 @@ class ParametricModel:
         for name in self.program.inputs:
             dims = self.program.buffers[name].shape
             for dim, size in zip(dims, inputs[name].shape, strict=True):
-                if (
-                    isinstance(dim, Poly)
-                    and len(dim.terms) == 1
-                    and dim.terms[0]
-                    == (
-                        ((next(iter(dim.symbols)), 1),),
-                        1,
-                    )
-                ):
-                    symbol = next(iter(dim.symbols))
+                symbol = _symbol_of(dim)
+                if symbol is not None:
                     if symbol in found and found[symbol][0] != size:
                         raise InputError(
                             f"inputs {found[symbol][1]!r} and {name!r} give the symbolic dim "

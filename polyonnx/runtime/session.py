@@ -55,8 +55,7 @@ from polyonnx.runtime.library import LibraryModel, is_library
 from polyonnx.runtime.parametric import (
     ParametricModel,
     compile_parametric,
-    constants_at,
-    lowering_at,
+    graph_at,
 )
 from polyonnx.runtime.special import Specialised, specialize_argument
 from polyonnx.target import Target, host_target, llvm_version
@@ -375,13 +374,17 @@ class InferenceSession:
                 self._blocked[key] = self._block(feed, symbol)
             blocked = self._blocked[key]
             if blocked is not None and blocked.samples(feed):
-                if len(self._recent) >= RECENT:
-                    self._recent.clear()
-                self._recent[shapes] = blocked
+                self._remember(shapes, blocked)
                 if _size_of(self.graph.inputs, feed, symbol) in self._specialize.get(symbol, ()):
                     self._special.start(feed)
                 return blocked
         return self._specialisation(feed)
+
+    def _remember(self, shapes: tuple, runner) -> None:
+        """Keep ``runner`` as the runner of feeds of ``shapes`` (at most RECENT of them)."""
+        if len(self._recent) >= RECENT:
+            self._recent.clear()
+        self._recent[shapes] = runner
 
     def _batch_only(self, feed: Mapping[str, np.ndarray], symbols: list[str]) -> bool:
         """Whether the one symbolic dim is a batch that blocks run (their code is the
@@ -402,9 +405,7 @@ class InferenceSession:
         if self._parametric is None:
             return None
         shapes = tuple(array.shape for array in feed.values())
-        if len(self._recent) >= RECENT:
-            self._recent.clear()
-        self._recent[shapes] = self._parametric
+        self._remember(shapes, self._parametric)
         if any(
             _size_of(self.graph.inputs, feed, s) in self._specialize.get(s, ()) for s in symbols
         ):
@@ -417,13 +418,9 @@ class InferenceSession:
         if self.profiling:
             self.not_parametric = "a profiled session compiles per shape (kernel_profile)"
             return None
-        load = partial(self._specialised, feed, merge=False)
-        lower_at = lowering_at(self.graph.inputs, load)
-        folded = constants_at(self.graph.inputs, load)
+        at = graph_at(self.graph.inputs, partial(self._specialised, feed, merge=False))
         try:
-            model = compile_parametric(
-                symbols, lower_at, self._target, checks=self.checks, constants=folded
-            )
+            model = compile_parametric(symbols, at, self._target, checks=self.checks)
         except PolyonnxError as exc:
             self.not_parametric = str(exc)
             return None

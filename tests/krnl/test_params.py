@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from polyonnx.frontend.load import load_graph
-from polyonnx.krnl.lower import supported_ops
+from polyonnx.krnl.lower import lower, supported_ops
 from polyonnx.krnl.params import (
     BASE,
     CHECKS,
@@ -23,7 +23,7 @@ from polyonnx.krnl.params import (
     parametric_program,
     sample_points,
 )
-from polyonnx.runtime.parametric import ParametricModel, lowering_at
+from polyonnx.runtime.parametric import ParametricModel, graph_at
 from polyonnx.runtime.session import InferenceSession
 from tests.helpers import make_model, value_info
 
@@ -204,7 +204,7 @@ def test_size_dependent_constant_is_not_parametric():
 
     graph = load_graph(model, supported_ops=supported_ops(), checked=True)
     with pytest.raises(NotParametric, match=r"constant 'rf' depends on the sizes"):
-        parametric_program(["S"], lowering_at(graph.inputs, load))
+        parametric_program(["S"], lambda point: lower(graph_at(graph.inputs, load)(point)))
 
 
 def test_session_folds_it_per_size():

@@ -22,7 +22,7 @@ from polyonnx.frontend.load import load_graph
 from polyonnx.krnl.lower import supported_ops
 from polyonnx.runtime.blocks import Blocked
 from polyonnx.runtime.compiled import POISON
-from polyonnx.runtime.parametric import ParametricModel, compile_parametric, lowering_at
+from polyonnx.runtime.parametric import ParametricModel, compile_parametric, graph_at
 from polyonnx.runtime.session import InferenceSession
 from tests.helpers import assert_matches, fast, make_model, reshaped_by_its_shape, value_info
 
@@ -409,7 +409,7 @@ def direct_parametric(model: onnx.ModelProto) -> ParametricModel:
         )
 
     graph = load_graph(model, supported_ops=supported_ops(), checked=True)
-    return compile_parametric(["S"], lowering_at(graph.inputs, load))
+    return compile_parametric(["S"], graph_at(graph.inputs, load))
 
 
 class Harness:
