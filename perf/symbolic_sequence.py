@@ -1,12 +1,15 @@
 """A model with a symbolic sequence compiled once (isl parameters, runtime/parametric.py)
 against code specialised to each length and against onnxruntime.
 
-    python perf/symbolic_sequence.py [--model M.onnx] [--lengths 1,16,64,128,384]
+    python perf/symbolic_sequence.py [--model M.onnx] [--lengths 1,16,64,128,384] \
+        [--library DIR/libNAME.so]
 
 Per length: the median latency of each engine (7 alternating rounds of 7 runs, in one
 process, at --threads, 1 by default), the first call's cost over the steady latency, and
-the compile counts. Symbolic dims named like a batch ("batch", "N") are fed 1. The
-default model is the torch dynamo export tests/data/torch/seqencoder_dynamo.onnx.
+the compile counts. ``--library``: also the model's parametric library (``polyonnx
+compile`` without ``--shape``), run through its C API. Symbolic dims named like a batch
+("batch", "N") are fed 1. The default model is the torch dynamo export
+tests/data/torch/seqencoder_dynamo.onnx.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ def median_ms(fn) -> float:
     return statistics.median(times) * 1e3
 
 
-def row(session: InferenceSession, length: int, threads: int, ort) -> dict:
+def row(session: InferenceSession, length: int, threads: int, ort, library=None) -> dict:
     feed = feed_for(session, length)
     start = time.perf_counter()
     session.run(None, feed)
@@ -62,6 +65,8 @@ def row(session: InferenceSession, length: int, threads: int, ort) -> dict:
         "specialised": lambda: fixed.run(feed),
         "onnxruntime": lambda: ort.run(None, feed),
     }
+    if library is not None:
+        engines["library"] = lambda: library.run(None, feed)
     rounds = {name: [] for name in engines}
     for _ in range(ROUNDS):
         for name, fn in engines.items():
@@ -78,22 +83,28 @@ def main() -> None:
     parser.add_argument("--model", default=str(DEFAULT))
     parser.add_argument("--lengths", default="1,16,64,128,384")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--library", default=None, help="the model's library, also timed")
     args = parser.parse_args()
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = args.threads
     ort = onnxruntime.InferenceSession(args.model, options)
     session = InferenceSession(args.model, threads=args.threads, cache=False)
+    library = args.library and InferenceSession(args.library, threads=args.threads)
+    lib_head = " library | lib/ort |" if library else ""
     print(f"{args.model}, {args.threads} thread(s); ms, medians")
     print("| length | parametric | specialised | onnxruntime | par/spec | par/ort | "
-          "first call over steady | specialised compile |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+          f"first call over steady | specialised compile |{lib_head}")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|" + ("---|---|" if library else ""))
     for length in (int(n) for n in args.lengths.split(",")):
-        r = row(session, length, args.threads, ort)
+        r = row(session, length, args.threads, ort, library or None)
+        lib_cells = (
+            f" {r['library']:.3f} | {r['library'] / r['onnxruntime']:.2f} |" if library else ""
+        )
         print(
             f"| {length} | {r['parametric']:.3f} | {r['specialised']:.3f} | "
             f"{r['onnxruntime']:.3f} | {r['parametric'] / r['specialised']:.2f} | "
             f"{r['parametric'] / r['onnxruntime']:.2f} | {r['first_over']:.1f} ms | "
-            f"{r['compile']:.2f} s |"
+            f"{r['compile']:.2f} s |{lib_cells}"
         )
     print(f"compiles of the session: {session.compile_count}; parametric: "
           f"{session.not_parametric or 'yes'}")  # fmt: skip

@@ -6,7 +6,8 @@
  * Opens the library with dlopen (so one build serves every model), reads each input from
  * a .npy file, or from raw bytes in the model's dtype and dims, runs the model once, and
  * prints each output's dims and first values; with -o, writes OUTDIR/OUTPUT_NAME.npy too.
- * Inputs not given are zeros. See docs/deploy.md. */
+ * An input with symbolic dims (-1) takes them from its .npy file's shape. Inputs not given
+ * are zeros. See docs/deploy.md. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,7 +24,12 @@ struct api {
     const int64_t *(*input_dims)(int), *(*output_dims)(int);
     int (*run)(session *, const void *const *, const int64_t *const *, void *const *, const size_t *);
     const char *(*error)(session *);
+    int (*symbol_count)(void), (*input_symbol)(int, int); /* NULL in older libraries */
+    int (*output_dims_at)(int, const int64_t *, int64_t *);
 };
+
+#define MAX_RANK 16
+#define MAX_SYMBOLS 64
 
 static const struct { int type; const char *descr; int size; } TYPES[] = {
     {1, "<f4", 4}, {2, "|u1", 1}, {3, "|i1", 1}, {4, "<u2", 2}, {5, "<i2", 2}, {6, "<i4", 4},
@@ -64,6 +70,13 @@ static void load_api(struct api *a, void *lib, const char *n) {
     *(void **)&a->output_dims = symbol(lib, n, "output_dims");
     *(void **)&a->run = symbol(lib, n, "run");
     *(void **)&a->error = symbol(lib, n, "error");
+    char full[320];
+    const char *optional[] = {"symbol_count", "input_symbol", "output_dims_at"};
+    void **slots[] = {(void **)&a->symbol_count, (void **)&a->input_symbol, (void **)&a->output_dims_at};
+    for (int i = 0; i < 3; i++) {
+        snprintf(full, sizeof full, "%s_%s", n, optional[i]);
+        *slots[i] = dlsym(lib, full);
+    }
 }
 
 /* NAME of ".../libNAME.so". */
@@ -80,6 +93,58 @@ static size_t element_count(const int64_t *dims, int rank) {
     size_t count = 1;
     for (int d = 0; d < rank; d++) count *= (size_t)dims[d];
     return count;
+}
+
+/* The rank and dims of a .npy header's 'shape': (...); -1 if there is none. */
+static int npy_shape(const char *text, int64_t *dims) {
+    const char *at = strstr(text, "'shape': (");
+    if (!at) return -1;
+    at += strlen("'shape': (");
+    int rank = 0;
+    while (*at && *at != ')' && rank < MAX_RANK) {
+        char *end;
+        long long dim = strtoll(at, &end, 10);
+        if (end == at) break;
+        dims[rank++] = dim;
+        at = end;
+        while (*at == ',' || *at == ' ') at++;
+    }
+    return rank;
+}
+
+/* The dims of input i: as declared, the symbolic ones (-1) from the .npy file at `path`. */
+static int input_shape(const struct api *api, int i, const char *path, int64_t *dims) {
+    int rank = api->input_rank(i), symbolic = 0;
+    for (int d = 0; d < rank; d++) symbolic |= (dims[d] = api->input_dims(i)[d]) < 0;
+    if (!symbolic) return rank;
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    char head[4096] = {0};
+    if (!f || fread(head, 1, sizeof head - 1, f) < 10 || memcmp(head, "\x93NUMPY", 6) != 0)
+        die("an input with symbolic dims needs a .npy file, which gives them", api->input_name(i));
+    fclose(f);
+    int64_t given[MAX_RANK];
+    if (npy_shape(head + 10, given) != rank) die("the .npy file's rank is not the input's", path);
+    for (int d = 0; d < rank; d++) {
+        if (dims[d] >= 0 && given[d] != dims[d]) die("the .npy file's dims are not the input's", path);
+        dims[d] = given[d];
+    }
+    return rank;
+}
+
+/* The dims of output o for the inputs' dims: NAME_output_dims_at with the symbols' values. */
+static void output_shape(const struct api *api, int o, int64_t *const *in_dims, int64_t *dims) {
+    int rank = api->output_rank(o), symbolic = 0;
+    for (int d = 0; d < rank; d++) symbolic |= (dims[d] = api->output_dims(o)[d]) < 0;
+    if (!symbolic) return;
+    if (!api->symbol_count || !api->output_dims_at) die("the library is too old for symbolic dims", NULL);
+    int64_t values[MAX_SYMBOLS];
+    for (int k = 0; k < MAX_SYMBOLS; k++) values[k] = 1;
+    for (int i = 0; i < api->input_count(); i++)
+        for (int d = 0; d < api->input_rank(i); d++) {
+            int k = api->input_symbol(i, d);
+            if (k >= 0 && k < MAX_SYMBOLS) values[k] = in_dims[i][d];
+        }
+    if (api->output_dims_at(o, values, dims) != 0) die("no dims for an output", api->output_name(o));
 }
 
 /* Read `bytes` bytes of data from a .npy file (its header checked against descr) or a
@@ -170,33 +235,38 @@ int main(int argc, char **argv) {
     int inputs = api.input_count(), outputs = api.output_count();
     if (given > inputs) die("more input files than the model has inputs", NULL);
     void **in = calloc((size_t)inputs + 1, sizeof *in), **out = calloc((size_t)outputs + 1, sizeof *out);
-    const int64_t **in_dims = calloc((size_t)inputs + 1, sizeof *in_dims);
+    int64_t **in_dims = calloc((size_t)inputs + 1, sizeof *in_dims);
+    int64_t **out_dims = calloc((size_t)outputs + 1, sizeof *out_dims);
     size_t *out_bytes = calloc((size_t)outputs + 1, sizeof *out_bytes);
     for (int i = 0; i < inputs; i++) {
         int t = type_index(api.input_type(i));
         if (t < 0) die("an input's dtype is not one this example reads", api.input_name(i));
-        in_dims[i] = api.input_dims(i);
-        size_t bytes = element_count(in_dims[i], api.input_rank(i)) * (size_t)TYPES[t].size;
+        in_dims[i] = calloc(MAX_RANK, sizeof **in_dims);
+        int rank = input_shape(&api, i, i < given ? files[i] : NULL, in_dims[i]);
+        size_t bytes = element_count(in_dims[i], rank) * (size_t)TYPES[t].size;
         in[i] = calloc(1, bytes + 64);
         if (i < given) read_input(files[i], TYPES[t].descr, in[i], bytes);
     }
     for (int o = 0; o < outputs; o++) {
         int t = type_index(api.output_type(o));
         if (t < 0) die("an output's dtype is not one this example writes", api.output_name(o));
-        out_bytes[o] = element_count(api.output_dims(o), api.output_rank(o)) * (size_t)TYPES[t].size;
+        out_dims[o] = calloc(MAX_RANK, sizeof **out_dims);
+        output_shape(&api, o, in_dims, out_dims[o]);
+        out_bytes[o] = element_count(out_dims[o], api.output_rank(o)) * (size_t)TYPES[t].size;
         out[o] = calloc(1, out_bytes[o] + 64);
     }
-    if (api.run(s, (const void *const *)in, in_dims, out, out_bytes) != 0) die("run failed", api.error(s));
+    if (api.run(s, (const void *const *)in, (const int64_t *const *)in_dims, out, out_bytes) != 0)
+        die("run failed", api.error(s));
     for (int o = 0; o < outputs; o++) {
         int t = type_index(api.output_type(o));
-        print_output(api.output_name(o), api.output_type(o), api.output_dims(o), api.output_rank(o), out[o]);
+        print_output(api.output_name(o), api.output_type(o), out_dims[o], api.output_rank(o), out[o]);
         if (outdir) {
             char path[1024];
             int at = snprintf(path, sizeof path, "%s/", outdir);
             snprintf(path + at, sizeof path - (size_t)at, "%s.npy", api.output_name(o));
             for (char *c = path + at; *c; c++)
                 if (*c == '/') *c = '_'; /* torch's names: "/fc/Gemm_output_0" */
-            write_npy(path, TYPES[t].descr, api.output_dims(o), api.output_rank(o), out[o], out_bytes[o]);
+            write_npy(path, TYPES[t].descr, out_dims[o], api.output_rank(o), out[o], out_bytes[o]);
         }
     }
     api.close(s);

@@ -53,12 +53,15 @@ def write_library(
     directory: str | os.PathLike,
     name: str,
     default_threads: int = 0,
+    *,
     batch: BatchPlan | None = None,
+    sizes: Sizes | None = None,
 ) -> Library:
     """Compile ``native`` for ``target`` and write DIR/libNAME.so and DIR/NAME.h;
     ``NAME_open(0)`` takes ``default_threads`` threads (0: one per online core). ``batch``:
     ``native`` is one sample of a model run in blocks along it (frontend/batch.py); NAME_run
-    then takes any batch size and runs the entry once per sample."""
+    then takes any batch size and runs the entry once per sample. ``sizes``: ``native``
+    is parametric, one entry for every value of its symbols (capi/parametric.c)."""
     if not NAME.match(name):
         raise CodegenError(f"the library name {name!r} must be a C identifier (letters, digits, _)")
     abi = native.abi
@@ -66,7 +69,7 @@ def write_library(
     out = Path(directory).resolve()
     out.mkdir(parents=True, exist_ok=True)
     toolchain = find_toolchain(target.triple)
-    header_text = header(abi, name, batch)
+    header_text = header(abi, name, batch, sizes)
     objects = object_files(native, target)
     with tempfile.TemporaryDirectory(prefix="polyonnx-aot-") as work:
         blob, offsets = _weights_blob(abi, native.constants)
@@ -78,7 +81,7 @@ def write_library(
         for file, data in zip(names, objects, strict=True):
             (Path(work) / file).write_bytes(data)
         threads = max(int(default_threads), 0)
-        settings = Settings(offsets, weights_path, to_file, threads, batch)
+        settings = Settings(offsets, weights_path, to_file, threads, batch, sizes)
         (Path(work) / f"{name}.c").write_text(c_source(abi, name, header_text, settings))
         library = out / f"lib{name}.so"
         flags = ["-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-Wl,-z,nodelete"]
@@ -117,20 +120,25 @@ def _check_ports(abi: EntryAbi) -> None:
 
 
 def _weights_blob(abi: EntryAbi, constants: Mapping[str, np.ndarray]) -> tuple[bytes, list[int]]:
-    """Every constant of ``abi.constant_slots`` at an ALIGN-byte offset of one blob."""
-    parts, offsets, at = [], [], 0
+    """Every constant of ``abi.constant_slots`` at an ALIGN-byte offset of one blob (once,
+    for a constant in two slots), and each slot's offset."""
+    parts, placed, at = [], {}, 0
     for _, name in abi.constant_slots:
+        if name in placed:
+            continue
         data = np.ascontiguousarray(constants[name]).tobytes()
-        offsets.append(at)
+        placed[name] = at
         pad = -len(data) % ALIGN
         parts += [data, b"\0" * pad]
         at += len(data) + pad
-    return b"".join(parts), offsets
+    return b"".join(parts), [placed[name] for _, name in abi.constant_slots]
 
 
-def header(abi: EntryAbi, name: str, batch: BatchPlan | None = None) -> str:
+def header(
+    abi: EntryAbi, name: str, batch: BatchPlan | None = None, sizes: Sizes | None = None
+) -> str:
     """NAME.h: the API's declarations and, in a comment, the model's inputs and outputs
-    (-1 for the batch's dim)."""
+    (-1 for a symbolic dim)."""
     ins, outs = batches(abi, batch)
     lines = [f"/* {name}: a model compiled by polyonnx. Inputs and outputs, in ONNX order:"]
     for kind, ports, batched in (("input ", abi.inputs, ins), ("output", abi.outputs, outs)):
@@ -138,8 +146,15 @@ def header(abi: EntryAbi, name: str, batch: BatchPlan | None = None) -> str:
             lines.append(f" *   {kind} {i}: {_described(port, b)}")
     if batch is not None:
         lines += [
-            f" * -1 is the batch {_comment(batch.symbol)}, of any size: give input_dims to",
+            f" * -1 is the batch {_comment(repr(batch.symbol))}, of any size: give input_dims to",
             f" * {name}_run; {name}_output_dims_for gives the outputs' dims for a batch.",
+        ]
+    if sizes is not None:
+        lines += [
+            " * -1 is a symbolic dim, of any size from 1: give input_dims to",
+            f" * {name}_run; {name}_output_dims_at gives the outputs' dims for the symbols'",
+            " * values. Every port's dims in the symbols:",
+            *(f" *   {line}" for line in _comment(sizes.text).split("\n")),
         ]
     lines += [" * See docs/deploy.md. */", ""]
     text = resources.files("polyonnx.emit").joinpath("capi/header.h").read_text()
@@ -147,8 +162,8 @@ def header(abi: EntryAbi, name: str, batch: BatchPlan | None = None) -> str:
 
 
 def _comment(text: str) -> str:
-    """``text`` quoted for a C comment (which ``*/`` would end)."""
-    return repr(text).replace("*/", "* /")
+    """``text`` for a C comment (which ``*/`` would end)."""
+    return text.replace("*/", "* /")
 
 
 def _described(port: Port, batch: Batched | None = None) -> str:
@@ -198,11 +213,17 @@ class Settings:
     default_threads: int
     batch: BatchPlan | None = None
     """The model's batch: the library runs its entry once per sample."""
+    sizes: Sizes | None = None
+    """The model is parametric: its tensors' sizes as polynomials in its symbols."""
 
 
 def c_source(abi: EntryAbi, name: str, header_text: str, settings: Settings) -> str:
-    """The C file of the model's API: header, tables, then capi/runtime.c for ``name``."""
-    runtime = resources.files("polyonnx.emit").joinpath("capi/runtime.c").read_text()
+    """The C file of the model's API: header, tables, then capi/runtime.c and the file of
+    the library's kind (capi/batch.c, or capi/parametric.c), for ``name``."""
+    capi = resources.files("polyonnx.emit").joinpath("capi")
+    sizes = settings.sizes
+    kind = "parametric.c" if sizes else "batch.c"
+    runtime = capi.joinpath("runtime.c").read_text() + capi.joinpath(kind).read_text()
     weights = settings.weights
     defines = {
         "PNAME_INPUTS": len(abi.inputs),
@@ -221,18 +242,100 @@ def c_source(abi: EntryAbi, name: str, header_text: str, settings: Settings) -> 
         "PNAME_BATCH_NAME": "NULL" if settings.batch is None else _c_string(settings.batch.symbol),
         "PNAME_RUN_EMPTY": int(_run_empty(abi, settings.batch)),
         "PNAME_MAX_RANK": max((len(p.shape) for p in (*abi.inputs, *abi.outputs)), default=0) + 1,
+        "PNAME_SYMBOLS": len(sizes.symbols) if sizes else 0,
+        "PNAME_ROOTS": len(sizes.roots) if sizes else 0,
+        "PNAME_PARAMS": len(sizes.parameters) if sizes else 0,
+        "PNAME_ROOTS_SLOT": sizes.roots_slot if sizes else -1,
+        "PNAME_PARAMS_SLOT": sizes.params_slot if sizes else -1,
     }
     lines = [f"#define {key} {value}" for key, value in defines.items()]
+    tables = _size_tables(abi, sizes) if sizes else _batch_tables(abi, settings.batch)
     body = "\n".join(
-        [
-            "#define _GNU_SOURCE 1",
-            header_text,
-            *lines,
-            *_tables(abi, settings.offsets),
-            *_batch_tables(abi, settings.batch),
-        ]
+        ["#define _GNU_SOURCE 1", header_text, *lines, *_tables(abi, settings.offsets), *tables]
     )
     return (body + "\n" + runtime).replace("PNAME", name)
+
+
+Terms = tuple[tuple[int, int, int], ...]
+"""A polynomial in a library's symbols: terms (coefficient, symbol index or -1, symbol
+index or -1), the symbols multiplied."""
+
+
+@dataclass(frozen=True)
+class Root:
+    """An arena tensor of a parametric library: its dims, element bytes and the kernels
+    (by step) that first and last touch it."""
+
+    dims: tuple[Terms, ...]
+    itemsize: int
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How a parametric library sizes its tensors from its symbols' values."""
+
+    symbols: tuple[str, ...]
+    parameters: tuple[tuple[int, int], ...]
+    """The values in the entry's parameters slot: products of two symbols (-1: one)."""
+    input_symbols: tuple[tuple[int, ...], ...]
+    """Per input dim: the symbol it is, or -1 for a fixed dim."""
+    inputs: tuple[tuple[Terms, ...], ...]
+    outputs: tuple[tuple[Terms, ...], ...]
+    roots: tuple[Root, ...]
+    roots_slot: int
+    """The entry's slot of the first arena tensor; the others follow."""
+    params_slot: int
+    text: str
+    """The ports' dims by symbol, for the header."""
+
+
+def _size_tables(abi: EntryAbi, sizes: Sizes) -> list[str]:
+    """The tables of capi/parametric.c: every dim as a polynomial (poly_starts into the
+    term_* tables), per port and arena tensor."""
+    polys: dict[Terms, int] = {}
+    lines = []
+
+    def poly_table(name: str, dims: tuple[Terms, ...]) -> str:
+        numbers = [polys.setdefault(d, len(polys)) for d in dims]
+        lines.append(_array("const int", name, numbers))
+        return name
+
+    shown = []
+    for kind, ports, per in (
+        ("input", abi.inputs, sizes.inputs),
+        ("output", abi.outputs, sizes.outputs),
+    ):
+        names = [poly_table(f"{kind}_polys_{i}", dims) for i, dims in enumerate(per)]
+        lines.append(_array("const int *const", f"{kind}_polys", names))
+        shown.append(_array("const int64_t *const", f"{kind}_shown_dims",
+                            [f"{kind}_dims_{i}" for i in range(len(ports))]))  # fmt: skip
+    symbols = [f"input_symbols_{i}" for i in range(len(abi.inputs))]
+    for name, row in zip(symbols, sizes.input_symbols, strict=True):
+        lines.append(_array("const int", name, list(row)))
+    roots = [poly_table(f"root_polys_{r}", root.dims) for r, root in enumerate(sizes.roots)]
+    terms = [t for poly in polys for t in poly]
+    starts = [0]
+    for poly in polys:
+        starts.append(starts[-1] + len(poly))
+    return [
+        *lines,
+        *shown,
+        _array("const int *const", "input_symbols", symbols),
+        _array("const char *const", "symbol_names", [_c_string(n) for n in sizes.symbols]),
+        _array("const int *const", "root_polys", roots),
+        _array("const int", "root_ranks", [len(r.dims) for r in sizes.roots]),
+        _array("const int", "root_itemsizes", [r.itemsize for r in sizes.roots]),
+        _array("const int", "root_first", [r.first for r in sizes.roots]),
+        _array("const int", "root_last", [r.last for r in sizes.roots]),
+        _array("const int", "poly_starts", starts),
+        _array("const int64_t", "term_coeffs", [f"{c}LL" for c, _, _ in terms]),
+        _array("const int", "term_a", [a for _, a, _ in terms]),
+        _array("const int", "term_b", [b for _, _, b in terms]),
+        _array("const int", "param_a", [a for a, _ in sizes.parameters]),
+        _array("const int", "param_b", [b for _, b in sizes.parameters]),
+    ]
 
 
 def _tables(abi: EntryAbi, offsets: list[int]) -> list[str]:

@@ -173,12 +173,25 @@ def _shape(given) -> tuple:
     return tuple(given.shape) if isinstance(given, np.ndarray) else tuple(given)
 
 
-def one_sample_shapes(
-    model, input_shapes: Mapping[str, Sequence[int]] | None = None
-) -> dict[str, tuple[int, ...]] | None:
-    """The input shapes of one sample of ``model``, where the one symbolic dim that
-    ``input_shapes`` leaves is a batch (what a session compiles and runs in blocks, so
-    what tuning measures); None where none or more are left, or it is not a batch."""
+@dataclass(frozen=True)
+class BatchOf:
+    """What the symbolic dims of a model's inputs are, for a library or a tuning session."""
+
+    graph: Graph
+    """The model's graph at the given input shapes."""
+    symbols: tuple[str, ...]
+    """The symbolic dims left, in the order inputs first give them."""
+    plan: BatchPlan | None
+    """How it runs in blocks, where one symbol is left and it is a batch."""
+    why: str
+    """Why there is no plan (empty where there is, or no symbol is left)."""
+    one_sample: dict[str, tuple[int, ...]] | None
+    """The input shapes of one sample of the plan."""
+
+
+def batch_of(model, input_shapes: Mapping[str, Sequence[int]] | None = None) -> BatchOf:
+    """Whether the one symbolic dim that ``input_shapes`` leaves of ``model``'s inputs is
+    a batch: the plan of its blocks and one sample's input shapes, or why not."""
     from polyonnx.frontend.load import load_graph
     from polyonnx.krnl.lower import supported_ops
 
@@ -186,15 +199,25 @@ def one_sample_shapes(
         return load_graph(model, supported_ops=supported_ops(), input_shapes=shapes, merge=merge)
 
     graph = specialise(input_shapes, merge=True)
-    symbols = {d for v in graph.inputs for d in v.shape if isinstance(d, str)}
+    symbols = tuple(dict.fromkeys(d for v in graph.inputs for d in v.shape if isinstance(d, str)))
     if len(symbols) != 1:
-        return None
-    (symbol,) = symbols
+        why = f"{len(symbols)} symbolic dims are left, blocks run along one" if symbols else ""
+        return BatchOf(graph, symbols, None, why, None)
     shapes = {v.name: v.shape for v in graph.inputs}
-    if isinstance(plan_along(symbol, graph.inputs, shapes, specialise), str):
-        return None
-    names = [v.name for v in graph.inputs]
-    return dict(zip(names, resized(graph.inputs, shapes, symbol, 1), strict=True))
+    plan = plan_along(symbols[0], graph.inputs, shapes, specialise)
+    if isinstance(plan, str):
+        return BatchOf(graph, symbols, None, f"{symbols[0]!r} is not a batch: {plan}", None)
+    one = resized(graph.inputs, shapes, symbols[0], 1)
+    return BatchOf(graph, symbols, plan, "", dict(zip(shapes, one, strict=True)))
+
+
+def one_sample_shapes(
+    model, input_shapes: Mapping[str, Sequence[int]] | None = None
+) -> dict[str, tuple[int, ...]] | None:
+    """The input shapes of one sample of ``model``, where the one symbolic dim that
+    ``input_shapes`` leaves is a batch (what a session compiles and runs in blocks, so
+    what tuning measures); None where none or more are left, or it is not a batch."""
+    return batch_of(model, input_shapes).one_sample
 
 
 def first_block(plan: BatchPlan, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

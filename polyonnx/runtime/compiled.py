@@ -49,7 +49,7 @@ from polyonnx.runtime.cache import Entry
 from polyonnx.runtime.memory import ARENA, Layout, plan_memory
 from polyonnx.schedule.gemm import geometry
 from polyonnx.schedule.heuristics.default import default_schedule
-from polyonnx.schedule.heuristics.panels import pack_constants
+from polyonnx.schedule.heuristics.panels import pack_constants, panel_only
 from polyonnx.schedule.tree import KernelSchedule
 from polyonnx.target import Target, host_target
 
@@ -195,7 +195,7 @@ def emit_program(
     places = {name: (p.slot, p.offset) for name, p in layout.places.items()}
     if profile and not register_profile_symbols():
         raise CodegenError("profiling needs clock_gettime(CLOCK_MONOTONIC) from the C library")
-    abi = entry_abi(program, schedules, layout, checks)
+    abi = entry_abi(program, schedules, layout, checks, panel_only(program, schedules))
     plan = plan_modules(
         schedules,
         program.buffers,
@@ -209,15 +209,22 @@ def emit_program(
     used |= {p.copy_of for p in abi.outputs if p.copy_of in program.constants}
     build = Build(program, tuple(schedules), layout, plan.symbols)
     constants = {name: program.constants[name] for name in used}
-    memory = memory_use(program, schedules, layout)
+    memory = memory_use(program, schedules, layout, constants)
     model = NativeModel(plan, program.buffers, abi, constants)
     return NativeProgram(model, memory, build)
 
 
 def entry_abi(
-    program: Program, schedules: Sequence[KernelSchedule], layout: Layout, checks: bool = True
+    program: Program,
+    schedules: Sequence[KernelSchedule],
+    layout: Layout,
+    checks: bool = True,
+    aliases: Mapping[str, str] | None = None,
 ) -> EntryAbi:
-    """The slots of the entry ``layout`` plans and the model's ports, in ONNX order."""
+    """The slots of the entry ``layout`` plans and the model's ports, in ONNX order. A
+    constant of ``aliases`` (``panel_only``) has its panel copy in its slot: its own
+    bytes are not kept."""
+    aliases = aliases or {}
     slot = {name: i for i, name in enumerate(layout.slots)}
     external = set(program.inputs) | set(program.constants)
 
@@ -230,7 +237,9 @@ def entry_abi(
     return EntryAbi(
         inputs=tuple(port(name, False) for name in program.inputs),
         outputs=tuple(port(name, True) for name in program.outputs),
-        constant_slots=tuple((slot[n], n) for n in layout.slots if n in program.constants),
+        constant_slots=tuple(
+            (slot[n], aliases.get(n, n)) for n in layout.slots if n in program.constants
+        ),
         arena_slot=slot[ARENA],
         arena_bytes=layout.arena_bytes,
         kernels=tuple(
@@ -252,15 +261,19 @@ def check_table(schedules: Sequence[KernelSchedule]) -> tuple[CheckInfo, ...]:
     return tuple(CheckInfo(site, text) for site, text in sorted(sites.items()))
 
 
-def memory_use(program: Program, schedules: Sequence[KernelSchedule], layout: Layout) -> MemoryUse:
-    """The bytes of the arena (and its lower bound) and of the constants."""
-    constants = program.constants
+def memory_use(
+    program: Program,
+    schedules: Sequence[KernelSchedule],
+    layout: Layout,
+    kept: Mapping[str, np.ndarray],
+) -> MemoryUse:
+    """The bytes of the arena (and its lower bound) and of the constants ``kept``."""
     copies = {copy for s in schedules for _, copy in s.panels}
     return MemoryUse(
         layout.arena_bytes,
         layout.lower_bound_bytes,
-        sum(array.nbytes for array in constants.values()),
-        sum(constants[name].nbytes for name in copies),
+        sum(array.nbytes for array in kept.values()),
+        sum(kept[name].nbytes for name in copies if name in kept),
     )
 
 

@@ -13,16 +13,26 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
 from polyonnx.aligned import aligned_empty
-from polyonnx.emit.abi import ONNX_TYPES, Port
-from polyonnx.emit.aot import Library, write_library
+from polyonnx.emit.abi import ONNX_TYPES, EntryAbi, Port
+from polyonnx.emit.aot import Library, NativeModel, Root, Sizes, write_library
 from polyonnx.errors import InputError, ModelError, RunError
-from polyonnx.frontend.batch import BatchPlan
-from polyonnx.runtime.blocks import plan_along, resized
-from polyonnx.runtime.compiled import emit_program, lower_model, model_schedules
+from polyonnx.krnl.params import TIMES, NotParametric, Poly, program_symbols
+from polyonnx.runtime.blocks import BatchOf, batch_of
+from polyonnx.runtime.compiled import check_table, emit_program, lower_model, model_schedules
+from polyonnx.runtime.memory import lifetimes
+from polyonnx.runtime.parametric import (
+    ParametricBuild,
+    build_parametric,
+    entry_parameters,
+    graph_at,
+    symbol_of,
+)
+from polyonnx.schedule.heuristics.panels import panel_only
 from polyonnx.target import Target, host_target
 
 DTYPES = {number: name for name, number in ONNX_TYPES.items()}
@@ -46,46 +56,153 @@ def compile_library(
     DIR/NAME.h. ``records`` (tune/apply.py's Records) schedule their kernels on the host,
     as they do for the JIT. ``default_threads``: what NAME_open(0) takes (0: a thread per
     online core). ``checks``: run-time checks of indices and integer divisors
-    (runtime/compiled.py's compile_program)."""
-    plan, shapes = batch_of(model, input_shapes)
+    (runtime/compiled.py's compile_program). Symbolic dims that ``input_shapes`` leaves
+    run in blocks where the one left is a batch, else as isl parameters of one
+    parametric entry (:func:`parametric_library`)."""
+    found = batch_of(model, input_shapes)
+    if found.symbols and found.plan is None:
+        return parametric_library(
+            model, found, directory, name, target=target, default_threads=default_threads,
+            checks=checks,
+        )  # fmt: skip
+    shapes = found.one_sample if found.plan is not None else input_shapes
     program = lower_model(model, shapes)
     host = target is None or target == host_target()
     schedules, _ = model_schedules(program, None if host else target, records)
     target = target or host_target()
     native = emit_program(program, schedules, target, profile=False, checks=checks)
-    return write_library(native.model, target, directory, name, default_threads, plan)
+    return write_library(native.model, target, directory, name, default_threads, batch=found.plan)
 
 
-def batch_of(
-    model, input_shapes: Mapping[str, Sequence[int]] | None
-) -> tuple[BatchPlan | None, Mapping[str, Sequence[int]] | None]:
-    """The batch plan of a model whose one symbolic dim left by ``input_shapes`` is a batch
-    (frontend/batch.py), and the input shapes of one sample, which the library is compiled
-    for and runs once per sample; (None, ``input_shapes``) for a static model. Any other
-    symbolic dims: InputError, saying why they do not run in blocks."""
+def parametric_library(
+    model,
+    found: BatchOf,
+    directory: str | os.PathLike,
+    name: str,
+    *,
+    target: Target | None = None,
+    default_threads: int = 0,
+    checks: bool = True,
+) -> Library:
+    """The library of one entry for every value of ``found.symbols`` (runtime/parametric.py);
+    InputError, saying why, where the model is not parametric or a library cannot size
+    it (a constant refolded per size, a dim of degree more than two)."""
     from polyonnx.frontend.load import load_graph
     from polyonnx.krnl.lower import supported_ops
 
-    def specialise(shapes):
-        return load_graph(model, supported_ops=supported_ops(), input_shapes=shapes)
+    def load(shapes):
+        return load_graph(model, merge=False, supported_ops=supported_ops(), input_shapes=shapes)
 
-    graph = specialise(input_shapes)
-    if graph.is_static:
-        return None, input_shapes
-    symbols = list(dict.fromkeys(d for v in graph.inputs for d in v.shape if isinstance(d, str)))
-    shapes = {v.name: v.shape for v in graph.inputs}
-    why = f"{len(symbols)} symbolic dims are left, a library runs in blocks along one"
-    if len(symbols) == 1:
-        plan = plan_along(symbols[0], graph.inputs, shapes, specialise)
-        if not isinstance(plan, str):
-            one = resized(graph.inputs, shapes, symbols[0], 1)
-            return plan, dict(zip(shapes, one, strict=True))
-        why = f"{symbols[0]!r} is not a batch: {plan}"
-    dynamic = {v.name: list(v.shape) for v in graph.inputs if not v.is_static}
+    if target is not None and target != host_target():
+        _refuse(found, "a parametric library is built for the host only")
+    target = host_target()
+    try:
+        build = build_parametric(found.symbols, graph_at(found.graph.inputs, load), target,
+                                 checks=checks)  # fmt: skip
+        if build.derived.names:
+            raise NotParametric(f"constants depend on the sizes: {list(build.derived.names)}")
+        native, sizes = parametric_native(build, checks)
+    except NotParametric as exc:
+        _refuse(found, f"not parametric: {exc}")
+    return write_library(native, target, directory, name, default_threads, sizes=sizes)
+
+
+def _refuse(found: BatchOf, why: str) -> NoReturn:
+    dynamic = {v.name: list(v.shape) for v in found.graph.inputs if not v.is_static}
     raise InputError(
         f"inputs with symbolic dims need concrete shapes (--shape NAME=D0,D1,...): {dynamic} "
-        f"({why})"
+        f"({'; '.join(w for w in (found.why, why) if w)})"
     )
+
+
+def parametric_native(build: ParametricBuild, checks: bool) -> tuple[NativeModel, Sizes]:
+    """What ``write_library`` builds a parametric library from: the modules, the entry's
+    slots (the parameters slot where the arena's would be) and the tensors' sizes."""
+    program, slots = build.program, build.slots
+    symbols = program_symbols(program)
+    index = {symbol: k for k, symbol in enumerate(symbols)}
+    aliases = panel_only(program, build.schedules)
+
+    def port(name: str, copy: bool) -> Port:
+        buffer = program.buffers[name]
+        external = name in program.inputs or name in program.constants
+        copied = name if copy and external else None
+        slot = None if copied or name not in slots.external else slots.external.index(name)
+        shape = tuple(d if isinstance(d, int) else -1 for d in buffer.shape)
+        return Port(name, buffer.dtype, shape, slot, copied)
+
+    abi = EntryAbi(
+        inputs=tuple(port(n, False) for n in program.inputs),
+        outputs=tuple(port(n, True) for n in program.outputs),
+        constant_slots=tuple(
+            (i, aliases.get(n, n)) for i, n in enumerate(slots.external) if n in program.constants
+        ),
+        arena_slot=slots.params,
+        arena_bytes=0,
+        kernels=(),
+        checks=check_table(build.schedules) if checks else (),
+    )
+    used = {n for _, n in abi.constant_slots} | {p.copy_of for p in abi.outputs}
+    constants = {n: program.constants[n] for n in used if n in program.constants}
+    native = NativeModel(build.plan, program.buffers, abi, constants)
+    return native, _sizes(program, slots, symbols, index, build.schedules)
+
+
+def _sizes(program, slots, symbols, index, schedules) -> Sizes:
+    def dims(name: str) -> tuple:
+        return tuple(_terms(d, index) for d in program.buffers[name].shape)
+
+    first, last = lifetimes(program, set(slots.roots))
+    roots = tuple(
+        Root(dims(r), program.buffers[r].itemsize, first[r], last[r]) for r in slots.roots
+    )
+    shown = [
+        f"{kind} {n!r}: [{', '.join(str(d) for d in program.buffers[n].shape)}]"
+        for kind, names in (("input", program.inputs), ("output", program.outputs))
+        for n in names
+    ]
+    return Sizes(
+        symbols=symbols,
+        parameters=tuple(_parameter(p, index) for p in entry_parameters(schedules)),
+        input_symbols=tuple(
+            tuple(_input_symbol(d, index, n) for d in program.buffers[n].shape)
+            for n in program.inputs
+        ),
+        inputs=tuple(dims(n) for n in program.inputs),
+        outputs=tuple(dims(n) for n in program.outputs),
+        roots=roots,
+        roots_slot=len(slots.external),
+        params_slot=slots.params,
+        text="\n".join(shown),
+    )
+
+
+def _terms(dim, index: Mapping[str, int]) -> tuple[tuple[int, int, int], ...]:
+    """``dim`` (an int or a Poly) as aot.py's Terms; NotParametric past degree two."""
+    poly = Poly.of(dim)
+    terms = []
+    for mono, coeff in poly.terms:
+        names = [index[n] for n, power in mono for _ in range(power)]
+        if len(names) > 2:
+            raise NotParametric(f"the dim {poly} is of degree {len(names)}; a library sizes to 2")
+        names += [-1] * (2 - len(names))
+        terms.append((coeff, names[0], names[1]))
+    return tuple(terms)
+
+
+def _input_symbol(dim, index: Mapping[str, int], name: str) -> int:
+    if isinstance(dim, int):
+        return -1
+    symbol = symbol_of(dim)
+    if symbol is None:
+        raise NotParametric(f"input {name!r} has the dim {dim}, not a symbol alone")
+    return index[symbol]
+
+
+def _parameter(name: str, index: Mapping[str, int]) -> tuple[int, int]:
+    """The symbols whose product the isl parameter ``name`` is (``S``, ``N_x_S``)."""
+    parts = [index[p] for p in name.split(TIMES)]
+    return (parts[0], parts[1] if len(parts) > 1 else -1)
 
 
 def default_name(model) -> str:
@@ -136,6 +253,11 @@ class LibraryModel:
         symbol = self._fn["batch_name"]() if "batch_name" in self._fn else None
         self.batch: str | None = None if symbol is None else symbol.decode()
         """The symbolic dim of any size (-1 in the library's dims), or None."""
+        count = self._fn["symbol_count"]() if "symbol_count" in self._fn else 0
+        self.symbols: tuple[str, ...] = tuple(
+            self._fn["symbol_name"](k).decode() for k in range(count)
+        )
+        """The symbolic dims (the batch alone, for a library of a batch)."""
         self.inputs = tuple(self._port("input", i) for i in range(self._fn["input_count"]()))
         self.outputs = tuple(self._port("output", i) for i in range(self._fn["output_count"]()))
         self._session = self._fn["open"](max(int(threads), 1))
@@ -155,11 +277,20 @@ class LibraryModel:
         dtype = DTYPES[self._fn[f"{kind}_type"](i)]
         name = self._fn[f"{kind}_name"](i).decode()
         shape = tuple(int(dims[d]) for d in range(rank))
-        if -1 in shape:
+        if -1 in shape and self.batch is None:  # parametric: the symbols by name
+            named = [self._symbol(kind, i, d) for d in range(rank)]
+            shape = tuple(n if s == -1 else s for n, s in zip(named, shape, strict=True))
+        elif -1 in shape:
             one = kind == "input" or self._one_row(i, rank)
             symbol = self.batch if one else f"?{self.batch}"
             shape = tuple(symbol if d == -1 else d for d in shape)
         return Port(name, dtype, shape, i)
+
+    def _symbol(self, kind: str, i: int, d: int) -> str:
+        """The name of dim ``d`` of an input; of an output, made up (``?`` and a number)."""
+        if kind == "input":
+            return self.symbols[self._fn["input_symbol"](i, d)]
+        return f"?{i}.{d}"
 
     def _one_row(self, i: int, rank: int) -> bool:
         """Whether output ``i`` has one row a sample on its batch's axis (its extent is the
@@ -181,17 +312,36 @@ class LibraryModel:
                 return inputs[port.name].shape[port.shape.index(self.batch)]
         return 1
 
-    def output_shape(self, port: Port, samples: int) -> tuple[int, ...]:
-        """The shape of output ``port`` for a batch of ``samples``."""
+    def output_shape(self, port: Port, samples: int, values=None) -> tuple[int, ...]:
+        """The shape of output ``port`` for a batch of ``samples``, or for the symbols'
+        ``values`` (a parametric library)."""
         if all(isinstance(d, int) for d in port.shape):
             return port.shape
         dims = (ctypes.c_int64 * max(len(port.shape), 1))()
-        self._fn["output_dims_for"](port.slot, samples, dims)
+        if values is not None:
+            code = self._fn["output_dims_at"](port.slot, values, dims)
+        else:
+            code = self._fn["output_dims_for"](port.slot, samples, dims)
+        if code:
+            raise InputError(f"{self.name}: output {port.name!r} has no dims for these inputs")
         return tuple(dims[d] for d in range(len(port.shape)))
+
+    def _values(self, inputs: Mapping[str, np.ndarray]):
+        """The symbols' values ``inputs`` give, the first input to give each (the library
+        checks that every input agrees); None for a library of a batch or none."""
+        if self.batch is not None or not self.symbols:
+            return None
+        values = (ctypes.c_int64 * len(self.symbols))(*([1] * len(self.symbols)))
+        for port in reversed(self.inputs):
+            for d, dim in enumerate(port.shape):
+                if isinstance(dim, str):
+                    values[self.symbols.index(dim)] = max(inputs[port.name].shape[d], 1)
+        return values
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Inputs must be C-contiguous arrays; the library checks their dims again."""
         samples = self.samples(inputs)
+        values = self._values(inputs)
         for i, port in enumerate(self.inputs):
             array = inputs[port.name]
             self._inputs[i] = array.ctypes.data
@@ -204,7 +354,7 @@ class LibraryModel:
         for i, port in enumerate(self.outputs):
             array = results.get(port.name)
             if array is None:
-                shape = self.output_shape(port, samples)
+                shape = self.output_shape(port, samples, values)
                 array = results[port.name] = aligned_empty(shape, port.dtype)
             self._outputs[i] = array.ctypes.data
             self._bytes[i] = array.nbytes
@@ -247,5 +397,9 @@ _SIGNATURES = {
 _BATCH_SIGNATURES = {
     "batch_name": (ctypes.c_char_p, []),
     "output_dims_for": (ctypes.c_int, [ctypes.c_int, ctypes.c_int64, ctypes.c_void_p]),
+    "symbol_count": (ctypes.c_int, []),
+    "symbol_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "input_symbol": (ctypes.c_int, [ctypes.c_int, ctypes.c_int]),
+    "output_dims_at": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]),
 }
-"""The functions of a library of a batch, which older libraries lack."""
+"""The functions of batches and symbols, which older libraries lack."""

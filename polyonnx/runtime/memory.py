@@ -72,18 +72,25 @@ def arena_plan(program: Program, sizes: Mapping[str, int]) -> tuple[dict[str, in
     return offsets, total
 
 
-def _pack(program: Program, sizes: dict[str, int]) -> tuple[dict[str, int], int]:
+def lifetimes(program: Program, roots) -> tuple[dict[str, int], dict[str, int]]:
+    """The first and last kernel (by step) that touches each of ``roots``; -1 and -1 for
+    one never touched, which then has a time of its own."""
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for step, kernel in enumerate(program.kernels):
         for name in kernel.buffers():
             root = program.root(name)
-            if root in sizes:
+            if root in roots:
                 first.setdefault(root, step)
                 last[root] = step
-    for root in sizes:  # never touched: give it a slot of its own time
+    for root in roots:
         first.setdefault(root, -1)
         last.setdefault(root, -1)
+    return first, last
+
+
+def _pack(program: Program, sizes: dict[str, int]) -> tuple[dict[str, int], int]:
+    first, last = lifetimes(program, sizes)
     live_peak = 0
     for step in range(len(program.kernels)):
         live_peak = max(

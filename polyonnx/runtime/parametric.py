@@ -21,7 +21,7 @@ import numpy as np
 from polyonnx.aligned import ALIGN, aligned, aligned_empty
 from polyonnx.emit.abi import failure
 from polyonnx.emit.jit import JitModule
-from polyonnx.emit.module import ENTRY, plan_modules
+from polyonnx.emit.module import ENTRY, ModulePlan, plan_modules
 from polyonnx.emit.objects import compile_objects, gc_paused
 from polyonnx.errors import CodegenError, InputError, RunError
 from polyonnx.frontend.graph import Graph
@@ -102,38 +102,64 @@ def compile_parametric(
     checks: bool = True,
 ) -> ParametricModel:
     """The model whose graph at given values of ``symbols`` is ``graph_at(point)``,
-    compiled once with the symbols as isl parameters; raises NotParametric where there is
-    no such program, ScheduleError where its nests are not legal for every value. The
-    graph's constants computed from the sizes (a causal mask) are taken from
-    ``graph_at`` at each new size (``Derived``)."""
+    compiled once with the symbols as isl parameters (:func:`build_parametric`) into
+    native code of this process."""
     target = target or host_target()
     with gc_paused():
-        fit = Fit(tuple(symbols), sample_points(symbols))
-        graphs = [graph_at(point) for point in fit.points]
-        samples = [optimize(lower(graph)) for graph in graphs]
-        names: set[str] = set()
-        program = fit.program(samples, names)
-        derived = _derived(names, samples[-1], graphs[-1].constants, graph_at)
-        check_bounds(program)
-        schedules = tuple(
-            parametric_schedule(k, [(s.kernels[i], s.buffers) for s in samples], fit)
-            for i, k in enumerate(program.kernels)
-        )
-        program, schedules = pack_constants(program, schedules)
-        schedules = tuple(_unpacked(s, program, names) for s in schedules)
-        slots = plan_slots(program)
-        plan = plan_modules(
-            schedules,
-            program.buffers,
-            slots.places,
-            target,
-            errors=slots.errors,
-            checks=checks,
-            params=slots.params,
-        )
-        objects = compile_objects(plan.entry, plan.jobs, program.buffers, target)
+        build = build_parametric(symbols, graph_at, target, checks=checks)
+        plan = build.plan
+        objects = compile_objects(plan.entry, plan.jobs, build.program.buffers, target)
     jit = JitModule(objects.objects, target, objects.sources)
-    return ParametricModel(program, schedules, slots, jit, checks, derived)
+    return ParametricModel(build.program, build.schedules, build.slots, jit, checks, build.derived)
+
+
+@dataclass(frozen=True)
+class ParametricBuild:
+    """A parametric Program, its schedules, where its buffers live and its modules."""
+
+    program: Program
+    schedules: tuple[KernelSchedule, ...]
+    slots: Slots
+    plan: ModulePlan
+    derived: Derived
+
+
+def build_parametric(
+    symbols: Sequence[str],
+    graph_at: Callable[[Mapping[str, int]], Graph],
+    target: Target,
+    *,
+    checks: bool = True,
+) -> ParametricBuild:
+    """Lower the graph at a few sizes, fit one program with ``symbols`` as isl
+    parameters, schedule and plan it; raises NotParametric where there is no such
+    program, ScheduleError where its nests are not legal for every value. The graph's
+    constants computed from the sizes (a causal mask) are taken from ``graph_at`` at
+    each new size (``Derived``)."""
+    fit = Fit(tuple(symbols), sample_points(symbols))
+    graphs = [graph_at(point) for point in fit.points]
+    samples = [optimize(lower(graph)) for graph in graphs]
+    names: set[str] = set()
+    program = fit.program(samples, names)
+    derived = _derived(names, samples[-1], graphs[-1].constants, graph_at)
+    check_bounds(program)
+    schedules = tuple(
+        parametric_schedule(k, [(s.kernels[i], s.buffers) for s in samples], fit)
+        for i, k in enumerate(program.kernels)
+    )
+    program, schedules = pack_constants(program, schedules)
+    schedules = tuple(_unpacked(s, program, names) for s in schedules)
+    slots = plan_slots(program)
+    plan = plan_modules(
+        schedules,
+        program.buffers,
+        slots.places,
+        target,
+        errors=slots.errors,
+        checks=checks,
+        params=slots.params,
+    )
+    return ParametricBuild(program, schedules, slots, plan, derived)
 
 
 @dataclass(frozen=True)
@@ -168,7 +194,7 @@ def _unpacked(schedule: KernelSchedule, program: Program, derived: set[str]) -> 
     return schedule
 
 
-def _symbol_of(dim) -> str | None:
+def symbol_of(dim) -> str | None:
     """The symbol a dim is, alone (``S``, not ``S - 1`` or ``2*S``), else None."""
     if isinstance(dim, Poly) and len(dim.symbols) == 1:
         (symbol,) = dim.symbols
@@ -176,7 +202,7 @@ def _symbol_of(dim) -> str | None:
     return None
 
 
-def _parameters(schedules: Sequence[KernelSchedule]) -> tuple[str, ...]:
+def entry_parameters(schedules: Sequence[KernelSchedule]) -> tuple[str, ...]:
     """The isl parameters every parametric kernel takes, in the order of the values its
     code reads (krnl/params.py's ``parameters``: one list for the whole program)."""
     found = {kernel_parameters(s.kernel.statements) for s in schedules} - {()}
@@ -203,7 +229,7 @@ class ParametricModel:
         self.slots = slots
         self.jit = jit
         self.symbols = program_symbols(program)
-        self.parameters = _parameters(schedules)
+        self.parameters = entry_parameters(schedules)
         self.checks = check_table(schedules) if checks else ()
         self._entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(jit.address(ENTRY))
         self._lock = threading.Lock()
@@ -238,7 +264,7 @@ class ParametricModel:
         for name in self.program.inputs:
             dims = self.program.buffers[name].shape
             for dim, size in zip(dims, inputs[name].shape, strict=True):
-                symbol = _symbol_of(dim)
+                symbol = symbol_of(dim)
                 if symbol is not None:
                     if symbol in found and found[symbol][0] != size:
                         raise InputError(

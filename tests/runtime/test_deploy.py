@@ -14,7 +14,8 @@ import pytest
 
 import polyonnx
 from polyonnx.runtime.library import compile_library
-from tests.runtime.test_library import batch_model
+from tests.runtime.test_library import batch_feed, batch_model
+from tests.runtime.test_parametric_library import two_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "examples" / "mlp.onnx"
@@ -56,6 +57,27 @@ def test_deploy_writes_what_the_session_computes(deploy, model, shapes, tmp_path
         got = np.load(tmp_path / f"{output.name.replace('/', '_')}.npy")
         np.testing.assert_array_equal(got, want)
         assert f"output {output.name} {list(want.shape)}:" in done.stdout
+
+
+@pytest.mark.parametrize("kind", ["batch", "parametric"])
+def test_deploy_takes_symbolic_dims_from_npy_files(deploy, kind, tmp_path):
+    """A library of a batch, and a parametric one, at two sizes each: the same as the
+    session, the inputs' dims read off their .npy files."""
+    model = batch_model() if kind == "batch" else two_ports().model
+    library = compile_library(model, tmp_path, kind).library
+    session = polyonnx.InferenceSession(library)
+    for size in (3, 17):
+        feed = batch_feed(size) if kind == "batch" else two_ports().feed(size, size)
+        paths = []
+        for name, array in feed.items():
+            paths.append(tmp_path / f"{name}.npy")
+            np.save(paths[-1], array)
+        out = tmp_path / f"out{size}"
+        out.mkdir()
+        subprocess.run([str(deploy), str(library), *map(str, paths), "-o", str(out)],
+                       check=True, capture_output=True)  # fmt: skip
+        for port, want in zip(session.get_outputs(), session.run(None, feed), strict=True):
+            np.testing.assert_array_equal(np.load(out / f"{port.name}.npy"), want)
 
 
 def test_deploy_reads_raw_inputs_and_refuses_a_wrong_size(deploy, tmp_path):

@@ -201,16 +201,24 @@ def _reduce_model(shape) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
-def test_symbolic_dims_that_are_not_a_batch_are_refused(tmp_path):
-    with pytest.raises(polyonnx.InputError, match=r"--shape.*reduces or mixes along the batch"):
-        compile_library(_reduce_model(["N", 4]), tmp_path, "mixing")
-    with pytest.raises(polyonnx.InputError, match=r"--shape.*2 symbolic dims are left"):
-        compile_library(_reduce_model(["N", "M"]), tmp_path, "two")
+def test_symbolic_dims_that_are_not_a_batch_compile_parametric(tmp_path):
+    """A dim that is not a batch (summed over), or two dims, are isl parameters of one
+    parametric library (tests/runtime/test_parametric_library.py has more)."""
+    sizes = {"mixing": ((1, 4), (7, 4), (33, 4)), "two": ((1, 4), (7, 3), (33, 1), (2, 129))}
+    for shape, name in ((["N", 4], "mixing"), (["N", "M"], "two")):
+        library = compile_library(_reduce_model(shape), tmp_path, name).library
+        session = polyonnx.InferenceSession(library)
+        assert session.get_inputs()[0].shape == shape
+        for rows, cols in sizes[name]:
+            x = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols)
+            got = session.run(None, {"x": x})[0]
+            np.testing.assert_array_equal(got, x.sum(0, keepdims=True))
     library = compile_library(_reduce_model(["N", "M"]), tmp_path, "one",
                               input_shapes={"x": [2, 3]}).library  # fmt: skip
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     got = polyonnx.InferenceSession(library).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, x.sum(0, keepdims=True))
+    assert "[2, 3]" in (tmp_path / "one.h").read_text()
 
 
 def batch_model() -> onnx.ModelProto:

@@ -36,18 +36,26 @@ const char *PNAME_output_name(int i);
 int PNAME_input_type(int i);  /* onnx TensorProto.DataType: 1 float, 7 int64, ... */
 int PNAME_output_type(int i);
 int PNAME_input_rank(int i);
-const int64_t *PNAME_input_dims(int i);  /* -1: a symbolic dim, the batch */
+const int64_t *PNAME_input_dims(int i);  /* -1: a symbolic dim */
 int PNAME_output_rank(int i);
 const int64_t *PNAME_output_dims(int i);
-/* The batch's name: the symbolic dim of any size; NULL if every dim is fixed. */
-const char *PNAME_batch_name(void);
-/* Output i's dims for a batch of `samples` (what the batch's dims give): 0, else
+
+/* The symbolic dims, of any size from 1 (0 of them: every dim is fixed). Dim d of input i
+ * is symbol PNAME_input_symbol(i, d), or -1 where it is fixed. Output i's dims for the
+ * symbols' values (values[k] for symbol k) by PNAME_output_dims_at: 0, else
  * POLYONNX_ERROR_ARGUMENT. */
+int PNAME_symbol_count(void);
+const char *PNAME_symbol_name(int k);
+int PNAME_input_symbol(int i, int d);
+int PNAME_output_dims_at(int i, const int64_t *values, int64_t *dims);
+/* A library of a batch (its one symbol a batch, run a sample at a time): the batch's
+ * name, else NULL; output i's dims for a batch of `samples`. */
+const char *PNAME_batch_name(void);
 int PNAME_output_dims_for(int i, int64_t samples, int64_t *dims);
 
 /* Inputs in ONNX order, dense row-major; input_dims[i] gives input i's dims (or
- * input_dims NULL: as declared, where no dim is -1). Every input's batch dim gives the
- * same batch. Outputs are written to the caller's buffers of output_bytes[i] bytes.
+ * input_dims NULL: as declared, where no dim is -1). Every input gives a symbol the
+ * same value. Outputs are written to the caller's buffers of output_bytes[i] bytes.
  * Nothing is read or written unless every check passes. */
 int PNAME_run(PNAME_session *s, const void *const *inputs, const int64_t *const *input_dims,
               void *const *outputs, const size_t *output_bytes);

@@ -13,19 +13,21 @@ packed at every call, on a Zen 5 (docs/measurements.md, 'B packed once when comp
 Only kernels with one ukernel mark qualify, and only where B is a whole constant (no
 outer dim moves it, no domain constraint cuts it), the GEMM has at least MIN_ROWS rows
 (a one-row GEMM reads B in place, slices side by side) and NC is a multiple of NR. The
-original constant stays: other kernels, or the model's outputs, may read it.
+original constant stays: other kernels, or the model's outputs, may read it. Where none
+does (``panel_only``), its bytes are not kept: its slot holds the copy, never read.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
 import numpy as np
 
 from polyonnx.aligned import aligned_empty
-from polyonnx.krnl.ir import Buffer, Program
+from polyonnx.krnl.ir import Buffer, Program, gathers, loads
 from polyonnx.schedule.gemm import Geometry, Params, geometry
 from polyonnx.schedule.state import UKERNEL
 from polyonnx.schedule.tree import KernelSchedule
@@ -70,6 +72,38 @@ def pack_constants(
         program, constants=MappingProxyType(constants), buffers=MappingProxyType(buffers)
     )
     return packed, tuple(out)
+
+
+def panel_only(program: Program, schedules: Sequence[KernelSchedule]) -> dict[str, str]:
+    """The constants that code reads only through a panel copy, each to that copy: the
+    GEMM statement of a packed kernel is their one reader, and no output is one."""
+    readers: dict[str, list[tuple[KernelSchedule, int]]] = {}
+    for schedule in schedules:
+        for index, stmt in enumerate(schedule.kernel.statements):
+            for name in _reads(stmt):
+                root = program.root(name)
+                if root in program.constants:
+                    readers.setdefault(root, []).append((schedule, index))
+    outputs = {program.root(o) for o in program.outputs}
+    found = {}
+    for root, uses in readers.items():
+        copies = [_copy_of(s, root, program) for s, _ in uses]
+        kernels = [id(s) for s, _ in uses]
+        if root in outputs or None in copies or len(set(kernels)) != len(kernels):
+            continue
+        found[root] = copies[0]
+    return found
+
+
+def _reads(stmt) -> set[str]:
+    return {ld.access.buffer for ld in loads(stmt.expr)} | {g.buffer for g in gathers(stmt.expr)}
+
+
+def _copy_of(schedule: KernelSchedule, root: str, program: Program) -> str | None:
+    for b, copy in schedule.panels:
+        if program.root(b) == root:
+            return copy
+    return None
 
 
 def _packable(schedule: KernelSchedule, program: Program):
