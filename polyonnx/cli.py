@@ -179,7 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"model    {args.model}")
     print(f"compile  {compile_s * 1e3:.1f} ms{_compiled_how(session, compiled)}")
     if compiled.tuned:
-        print(f"tuned    {len(compiled.tuned)} of {len(compiled.abi.kernels)} kernels from records")
+        print(f"tuned    {len(compiled.tuned)} of {_kernel_count(compiled)} kernels from records")
     for reason in session.records.skipped if session.records else ():
         print(f"records skipped: {reason}")
     for name, array in feed.items():
@@ -197,6 +197,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         ort_latency = _median_latency(rerun, args.repeat)
         print(f"onnxruntime latency  {ort_latency * 1e3:.3f} ms (median of {args.repeat})")
     return 0
+
+
+def _kernel_count(compiled) -> int:
+    from polyonnx.runtime.parametric import ParametricModel
+
+    if isinstance(compiled, ParametricModel):
+        return len(compiled.schedules)
+    return len(compiled.abi.kernels)
 
 
 def _compiled_how(session, compiled) -> str:

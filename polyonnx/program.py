@@ -149,6 +149,60 @@ def load(
         raise ArgumentError(f"limits must be a Limits (docs/limits.md), given {describe(limits)}")
     graph = load_graph(model, supported_ops=supported_ops(), input_shapes=shapes, limits=limits)
     if not graph.is_static:
-        dynamic = {v.name: list(v.shape) for v in graph.inputs if not v.is_static}
-        raise ScheduleError(f"inputs with symbolic dims need input_shapes: {dynamic}")
+        return _parametric(model, graph, shapes, limits)
     return Program(graph, lower(graph))
+
+
+def _parametric(model, graph: Graph, shapes, limits) -> ParametricProgram:
+    """The program of a model whose symbolic dims are isl parameters; ScheduleError
+    saying why where there is none."""
+    from polyonnx.krnl.params import NotParametric
+    from polyonnx.runtime.parametric import fit_parametric, graph_at
+
+    def load_at(shapes):
+        return load_graph(model, merge=False, supported_ops=supported_ops(),
+                          input_shapes=shapes, limits=limits)  # fmt: skip
+
+    symbols = list(dict.fromkeys(d for v in graph.inputs for d in v.shape if isinstance(d, str)))
+    try:
+        fitted = fit_parametric(symbols, graph_at(graph.inputs, load_at))
+    except NotParametric as exc:
+        dynamic = {v.name: list(v.shape) for v in graph.inputs if not v.is_static}
+        raise ScheduleError(
+            f"inputs with symbolic dims need input_shapes: {dynamic} (not parametric: {exc})"
+        ) from exc
+    return ParametricProgram(graph, fitted)
+
+
+class ParametricProgram(Program):
+    """A model whose symbolic dims are isl parameters (runtime/parametric.py): its
+    kernels are the parametric ones, and a schedule of one is legal for every value.
+    Kernels run alone (no compute_at across kernels) and are not repacked; a kernel
+    nobody scheduled gets the parametric default."""
+
+    def __init__(self, graph: Graph, fitted):
+        super().__init__(graph, fitted.program)
+        self.fitted = fitted
+
+    def schedule(self, *names: str) -> Schedule:
+        if len(names) > 1:
+            raise ScheduleError(
+                f"schedule({', '.join(map(repr, names))}): the kernels of a parametric program "
+                "are scheduled one at a time"
+            )
+        return super().schedule(*names)
+
+    def compilable(self) -> tuple[Lowered, list[KernelSchedule]]:
+        """The fitted program and each kernel's schedule: the script's, else the
+        parametric default."""
+        defaults = self.fitted.default_schedules()
+        schedules = []
+        for kernel, default in zip(self.lowered.kernels, defaults, strict=True):
+            scripted = self._schedules.get(kernel.name)
+            if scripted is not None and scripted.state.scratch:
+                raise ScheduleError(
+                    f"kernel {kernel.name!r}: pack() makes a scratch buffer, which a "
+                    "parametric program cannot size"
+                )
+            schedules.append(default if scripted is None else scripted.state.to_kernel_schedule())
+        return self.lowered, schedules

@@ -23,7 +23,7 @@ from polyonnx.emit.abi import failure
 from polyonnx.emit.jit import JitModule
 from polyonnx.emit.module import ENTRY, ModulePlan, plan_modules
 from polyonnx.emit.objects import compile_objects, gc_paused
-from polyonnx.errors import CodegenError, InputError, RunError
+from polyonnx.errors import CodegenError, InputError, RunError, ScheduleError
 from polyonnx.frontend.graph import Graph
 from polyonnx.krnl.ir import Program
 from polyonnx.krnl.lower import lower
@@ -38,11 +38,18 @@ from polyonnx.krnl.params import (
     shape_at,
 )
 from polyonnx.krnl.verify import check_bounds
-from polyonnx.runtime.compiled import POISON, check_table, optimize, set_jit_threads
+from polyonnx.runtime.compiled import (
+    POISON,
+    check_table,
+    default_schedules,
+    optimize,
+    set_jit_threads,
+)
 from polyonnx.runtime.memory import arena_plan, external_slots
 from polyonnx.schedule.astgen import INDEX_LIMIT, kernel_parameters
 from polyonnx.schedule.heuristics.panels import pack_constants
-from polyonnx.schedule.heuristics.parametric import parametric_schedule
+from polyonnx.schedule.heuristics.parametric import parametric_schedule, tuned_schedule
+from polyonnx.schedule.schedule import Schedule
 from polyonnx.schedule.tree import KernelSchedule
 from polyonnx.target import Target, host_target
 
@@ -100,17 +107,29 @@ def compile_parametric(
     target: Target | None = None,
     *,
     checks: bool = True,
+    records=None,
+    point: Point | None = None,
 ) -> ParametricModel:
     """The model whose graph at given values of ``symbols`` is ``graph_at(point)``,
-    compiled once with the symbols as isl parameters (:func:`build_parametric`) into
-    native code of this process."""
+    compiled once with the symbols as isl parameters (:func:`build_parametric`, which
+    takes ``records`` measured at ``point``, for the host only) into native code of this
+    process."""
+    host = target is None or target == host_target()
     target = target or host_target()
     with gc_paused():
-        build = build_parametric(symbols, graph_at, target, checks=checks)
-        plan = build.plan
-        objects = compile_objects(plan.entry, plan.jobs, build.program.buffers, target)
+        build = build_parametric(symbols, graph_at, target, checks=checks,
+                                 records=records if host else None, point=point)  # fmt: skip
+        return jit_parametric(build, target, checks)
+
+
+def jit_parametric(build: ParametricBuild, target: Target, checks: bool) -> ParametricModel:
+    """Native code of ``build`` in this process."""
+    plan = build.plan
+    objects = compile_objects(plan.entry, plan.jobs, build.program.buffers, target)
     jit = JitModule(objects.objects, target, objects.sources)
-    return ParametricModel(build.program, build.schedules, build.slots, jit, checks, build.derived)
+    model = ParametricModel(build.program, build.schedules, build.slots, jit, checks, build.derived)
+    model.tuned = build.tuned
+    return model
 
 
 @dataclass(frozen=True)
@@ -122,6 +141,46 @@ class ParametricBuild:
     slots: Slots
     plan: ModulePlan
     derived: Derived
+    tuned: tuple[str, ...] = ()
+    """The kernels that tuning records scheduled."""
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A parametric Program fitted from the graph lowered at ``fit.points`` (``samples``),
+    before scheduling; ``derived``: its size-dependent constants."""
+
+    program: Program
+    samples: tuple[Program, ...]
+    fit: Fit
+    derived: Derived
+
+    def pairs(self, i: int) -> list[tuple]:
+        """Kernel ``i`` as lowered at each sample point, with that sample's buffers."""
+        return [(s.kernels[i], s.buffers) for s in self.samples]
+
+    def default_schedules(self) -> tuple[KernelSchedule, ...]:
+        return tuple(
+            parametric_schedule(k, self.pairs(i), self.fit)
+            for i, k in enumerate(self.program.kernels)
+        )
+
+
+def fit_parametric(
+    symbols: Sequence[str], graph_at: Callable[[Mapping[str, int]], Graph]
+) -> Fitted:
+    """Lower the graph at a few sizes and fit one program with ``symbols`` as isl
+    parameters, its accesses proved in bounds for every value; NotParametric where there
+    is no such program. The graph's constants computed from the sizes (a causal mask)
+    are taken from ``graph_at`` at each new size (``Derived``)."""
+    fit = Fit(tuple(symbols), sample_points(symbols))
+    graphs = [graph_at(point) for point in fit.points]
+    samples = tuple(optimize(lower(graph)) for graph in graphs)
+    names: set[str] = set()
+    program = fit.program(samples, names)
+    derived = _derived(names, samples[-1], graphs[-1].constants, graph_at)
+    check_bounds(program)
+    return Fitted(program, samples, fit, derived)
 
 
 def build_parametric(
@@ -130,24 +189,32 @@ def build_parametric(
     target: Target,
     *,
     checks: bool = True,
+    records=None,
+    point: Point | None = None,
 ) -> ParametricBuild:
-    """Lower the graph at a few sizes, fit one program with ``symbols`` as isl
-    parameters, schedule and plan it; raises NotParametric where there is no such
-    program, ScheduleError where its nests are not legal for every value. The graph's
-    constants computed from the sizes (a causal mask) are taken from ``graph_at`` at
-    each new size (``Derived``)."""
-    fit = Fit(tuple(symbols), sample_points(symbols))
-    graphs = [graph_at(point) for point in fit.points]
-    samples = [optimize(lower(graph)) for graph in graphs]
-    names: set[str] = set()
-    program = fit.program(samples, names)
-    derived = _derived(names, samples[-1], graphs[-1].constants, graph_at)
-    check_bounds(program)
-    schedules = tuple(
-        parametric_schedule(k, [(s.kernels[i], s.buffers) for s in samples], fit)
-        for i, k in enumerate(program.kernels)
-    )
-    program, schedules = pack_constants(program, schedules)
+    """The fitted program (:func:`fit_parametric`) scheduled and planned; ScheduleError
+    where its nests are not legal for every value. ``records`` (tune/apply.py's Records)
+    that beat the default on the graph at ``point`` schedule the kernels they fit
+    (``_schedules``)."""
+    fitted = fit_parametric(symbols, graph_at)
+    tune = records is not None and point and min(point.values()) >= 1
+    traces = _traces(records, graph_at(point), target) if tune else {}
+    schedules, tuned = _schedules(fitted, traces)
+    return plan_parametric(fitted, schedules, target, checks=checks, tuned=tuned)
+
+
+def plan_parametric(
+    fitted: Fitted,
+    schedules: Sequence[KernelSchedule],
+    target: Target,
+    *,
+    checks: bool = True,
+    tuned: tuple[str, ...] = (),
+) -> ParametricBuild:
+    """The fitted program's constant GEMM weights packed, its buffers placed in slots
+    and its modules planned, under ``schedules``."""
+    program, schedules = pack_constants(fitted.program, tuple(schedules))
+    names = set(fitted.derived.names)
     schedules = tuple(_unpacked(s, program, names) for s in schedules)
     slots = plan_slots(program)
     plan = plan_modules(
@@ -159,7 +226,48 @@ def build_parametric(
         checks=checks,
         params=slots.params,
     )
-    return ParametricBuild(program, schedules, slots, plan, derived)
+    return ParametricBuild(program, schedules, slots, plan, fitted.derived, tuned)
+
+
+def _traces(records, graph: Graph, target: Target) -> dict[str, list]:
+    """The traces of the records that beat the default on ``graph``'s kernels, by kernel
+    name (the graph at one point: the sizes the records were measured at)."""
+    program = optimize(lower(graph))
+    _, used = records.schedules(program, default_schedules(program, target))
+    return {name: list(trial.trace) for name, trial in used.items()}
+
+
+def _schedules(fitted: Fitted, traces):
+    """Each kernel's parametric schedule: a record's trace, replayed at the last two
+    sample points and moved onto the kernel where that holds (tuned_schedule), else the
+    default's; and the kernels the records scheduled."""
+    schedules, tuned = [], []
+    for i, kernel in enumerate(fitted.program.kernels):
+        pairs = fitted.pairs(i)
+        chosen = _replayed(pairs[-2:], traces.get(kernel.name))
+        schedule = chosen and tuned_schedule(kernel, pairs, fitted.fit, chosen)
+        if schedule:
+            tuned.append(kernel.name)
+        schedules.append(schedule or parametric_schedule(kernel, pairs, fitted.fit))
+    return tuple(schedules), tuple(tuned)
+
+
+def _replayed(pairs, trace: list | None) -> list | None:
+    """The states ``trace`` gives each (kernel, buffers) of ``pairs``; None where it does
+    not apply to one, or adds scratch buffers."""
+    if trace is None:
+        return None
+    states = []
+    for kernel, buffers in pairs:
+        schedule = Schedule(kernel, buffers)
+        try:
+            schedule.apply([{**dict(step), "kernel": kernel.name} for step in trace])
+        except (ScheduleError, KeyError, TypeError, ValueError):
+            return None
+        if schedule.state.scratch:
+            return None
+        states.append(schedule.state)
+    return states
 
 
 @dataclass(frozen=True)
@@ -248,7 +356,7 @@ class ParametricModel:
         self._derived: dict[tuple, dict[str, np.ndarray]] = {}
 
     tuned: tuple[str, ...] = ()
-    """Tuning records do not apply to parametric code yet."""
+    """The kernels whose schedules came from tuning records (build_parametric)."""
 
     def set_threads(self, count: int) -> None:
         set_jit_threads(self.jit, count)

@@ -56,6 +56,8 @@ from polyonnx.runtime.parametric import (
     ParametricModel,
     compile_parametric,
     graph_at,
+    jit_parametric,
+    plan_parametric,
 )
 from polyonnx.runtime.special import Specialised, specialize_argument
 from polyonnx.target import Target, host_target, llvm_version
@@ -180,6 +182,11 @@ class InferenceSession:
         if _is_program(model):  # a polyonnx.Program with scripted schedules: not cached
             self._set_graph(model.graph)
             self._model = None
+            if getattr(model, "fitted", None) is not None:  # parametric: once for every size
+                self._parametric = _scripted_parametric(model, target, self.checks)
+                self._parametric.set_threads(self.threads)
+                self.compile_count += 1
+                return
             compiled = compile_program(
                 *model.compilable(), target, profile=self.profiling, checks=self.checks
             )
@@ -355,6 +362,8 @@ class InferenceSession:
     def _runner(self, feed: Mapping[str, np.ndarray]) -> CompiledModel | Blocked:
         """What runs ``feed``: the model in blocks along its batch where it can be, else
         the specialisation to ``feed``'s shapes."""
+        if self._model is None and isinstance(self._parametric, ParametricModel):
+            return self._parametric  # a scripted parametric Program
         if self._static or self._model is None or self._value_inputs:
             return self._specialisation(feed)
         shapes = tuple(array.shape for array in feed.values())
@@ -419,8 +428,10 @@ class InferenceSession:
             self.not_parametric = "a profiled session compiles per shape (kernel_profile)"
             return None
         at = graph_at(self.graph.inputs, partial(self._specialised, feed, merge=False))
+        point = {s: _size_of(self.graph.inputs, feed, s) for s in symbols}
         try:
-            model = compile_parametric(symbols, at, self._target, checks=self.checks)
+            model = compile_parametric(symbols, at, self._target, checks=self.checks,
+                                       records=self.records, point=point)  # fmt: skip
         except PolyonnxError as exc:
             self.not_parametric = str(exc)
             return None
@@ -652,6 +663,13 @@ def _checked_records(records: object) -> ScheduleRecords | None:
             f"given {describe(records)}"
         )
     return records
+
+
+def _scripted_parametric(program, target: Target | None, checks: bool) -> ParametricModel:
+    """A ParametricProgram (polyonnx/program.py) under its scripted schedules, compiled."""
+    target = target or host_target()
+    build = plan_parametric(program.fitted, program.compilable()[1], target, checks=checks)
+    return jit_parametric(build, target, checks)
 
 
 def _is_program(model: object) -> bool:

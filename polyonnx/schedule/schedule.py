@@ -26,6 +26,7 @@ import islpy as isl
 
 from polyonnx.errors import ScheduleError
 from polyonnx.krnl.ir import Buffer, Kernel
+from polyonnx.schedule.astgen import kernel_parameters
 from polyonnx.schedule.deps import dependences
 from polyonnx.schedule.heuristics.default import default_schedule
 from polyonnx.schedule.heuristics.ukernel import ukernel_state
@@ -156,6 +157,7 @@ class Schedule:
         "cols": how threads share one GEMM). Unnamed parameters take the default's values.
         Precondition: one statement is a float32 contraction whose left operand is
         contiguous along the reduction, and its loops are still untransformed."""
+        self._sized("ukernel")
         host = host_target()
         state = ukernel_state(
             self.state, self.buffers, params, host.lanes(4), host.vector_registers
@@ -167,6 +169,7 @@ class Schedule:
         gets: packed GEMM, row fusion, stencil or plain nests, with their threads), so
         that later steps refine it. The tuner's candidates for kernels that are not GEMMs
         begin with this step."""
+        self._sized("default")
         chosen = default_schedule(self.kernel, self.buffers)  # the host's
         if chosen.state is None:
             raise ScheduleError(f"default(): kernel {self.kernel.name!r} has no default state")
@@ -220,6 +223,18 @@ class Schedule:
             REPLAY[primitive].call(self, args, f"trace step {position} ({primitive})")
 
     # ---- internals ----------------------------------------------------------------------
+
+    def _sized(self, primitive: str) -> None:
+        """Refuse a step that chooses from sizes on a kernel whose sizes are isl
+        parameters (a parametric program's)."""
+        params = kernel_parameters(self.kernel.statements)
+        if params:
+            raise ScheduleError(
+                f"{primitive}(): kernel {self.kernel.name!r} has run-time sizes (isl parameters "
+                f"{', '.join(params)}); its micro-kernel and default come from the sizes it is "
+                "lowered at (schedule/heuristics/parametric.py). Tune the model at a size: the "
+                "records apply to its parametric code"
+            )
 
     def _name(self, loop: LoopArg, primitive: str) -> str:
         if not isinstance(loop, Loop | str):

@@ -95,13 +95,28 @@ def _nest(samples) -> LoopNest:
 # ---- the default heuristic's schedule, moved ----------------------------------------
 
 
-def _moved(kernel: Kernel, samples: Sequence[Sample], fit: Fit) -> KernelSchedule | None:
-    """The default schedule chosen at the last two samples, on ``kernel``; where they
-    differ, a contraction alone in the micro-kernel; None where neither can be, or the
-    schedule holds what a parametric kernel cannot run."""
-    states = [default_schedule(k, b).state for k, b in samples[-2:]]
+def tuned_schedule(
+    kernel: Kernel, samples: Sequence[Sample], fit: Fit, chosen: Sequence[State]
+) -> KernelSchedule | None:
+    """The schedule a tuning record gives the kernel at the last two samples (``chosen``,
+    its trace replayed on each), moved onto ``kernel`` with the record's micro-kernel
+    parameters; None where the two differ in form or the move does not hold."""
+    try:
+        return _moved(kernel, samples, fit, chosen)
+    except ScheduleError:
+        return None
+
+
+def _moved(
+    kernel: Kernel, samples: Sequence[Sample], fit: Fit, chosen: Sequence[State] | None = None
+) -> KernelSchedule | None:
+    """The default schedule chosen at the last two samples (or ``chosen``: a record's,
+    its parameters kept), on ``kernel``; where they differ, a contraction alone in the
+    micro-kernel (not for ``chosen``); None where neither can be, or the schedule holds
+    what a parametric kernel cannot run."""
+    states = chosen or [default_schedule(k, b).state for k, b in samples[-2:]]
     if any(s is None or s.scratch for s in states) or _form(states[0]) != _form(states[1]):
-        return _gemm_alone(kernel, samples, fit)
+        return None if chosen else _gemm_alone(kernel, samples, fit)
     state = dataclasses.replace(states[1], kernel=kernel)
     gemms = []
     for loop, marks in states[1].marks.items():
@@ -112,9 +127,9 @@ def _moved(kernel: Kernel, samples: Sequence[Sample], fit: Fit) -> KernelSchedul
                 nests = state.nests_with(loop)
                 host = next(n.statement for n in nests if n.statement not in state.attach)
                 fitted = _any_row(kernel, host, state, samples, fit)
-                if fitted is None:
-                    return None
-                state = _marked(fitted[2] or state, host, fitted)
+                if fitted is None or (chosen and fitted[2] is not None):
+                    return None  # a record's row dim does not fit: not the record's schedule
+                state = _marked(fitted[2] or state, host, fitted, keep=bool(chosen))
                 gemms.append(fitted[0])
     return _legal(state, gemms)
 
@@ -132,9 +147,11 @@ def _gemm_alone(kernel: Kernel, samples: Sequence[Sample], fit: Fit) -> KernelSc
     return _legal(_marked(fitted[2], hosts[0], fitted), [fitted[0]])
 
 
-def _marked(state: State, host: str, fitted) -> State:
+def _marked(state: State, host: str, fitted, keep: bool = False) -> State:
     """``state`` with the ukernel mark over ``host``'s row loop set to the parameters of
-    the fitted GEMM (``_parameters``)."""
+    the fitted GEMM (``_parameters``), or as it is (``keep``: a record's)."""
+    if keep:
+        return state
     geo = fitted[1]
     loop = next(
         v.name for n in state.nests if n.statement == host for v in n.loops

@@ -1,0 +1,95 @@
+"""A model with a symbolic sequence at several threads: each engine timed in a process of
+its own (thread pools of two engines in one process interfere), one after the other.
+
+    python perf/symbolic_threads.py --model M.onnx [--lengths 1,16,64,128,384] \
+        [--threads 2] [--library DIR/libNAME.so]
+
+Engines: the parametric code (one compile), code specialised to each length, onnxruntime,
+and with ``--library`` the model's parametric library. Per length, each engine's median
+of 7 rounds of 7 runs after a warm-up run. The inputs are perf/symbolic_sequence.py's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+
+ENGINES = ("parametric", "specialised", "onnxruntime", "library")
+ROUNDS = 7
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _runner(engine: str, args, length: int):
+    """A function that runs ``engine`` on the inputs for ``length``."""
+    from perf.symbolic_sequence import feed_for
+    from polyonnx.runtime.session import InferenceSession
+
+    session = InferenceSession(args.model, threads=args.threads, cache=False)
+    feed = feed_for(session, length)
+    if engine == "parametric":
+        return lambda: session.run(None, feed)
+    if engine == "specialised":
+        from polyonnx.runtime.compiled import compile_graph
+
+        fixed = compile_graph(session._specialised(feed))
+        fixed.set_threads(args.threads)
+        return lambda: fixed.run(feed)
+    if engine == "library":
+        library = InferenceSession(args.library, threads=args.threads)
+        return lambda: library.run(None, feed)
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    ort = onnxruntime.InferenceSession(args.model, options)
+    return lambda: ort.run(None, feed)
+
+
+def worker(engine: str, args) -> None:
+    from perf.symbolic_sequence import median_ms
+
+    results = {}
+    for length in (int(n) for n in args.lengths.split(",")):
+        run = _runner(engine, args, length)
+        run()
+        results[length] = statistics.median(median_ms(run) for _ in range(ROUNDS))
+    print(json.dumps(results))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--lengths", default="1,16,64,128,384")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--library", default=None)
+    parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args)
+        return
+    engines = [e for e in ENGINES if e != "library" or args.library]
+    given = ["--model", str(pathlib.Path(args.model).resolve()), "--lengths", args.lengths,
+             "--threads", str(args.threads)]  # fmt: skip
+    if args.library:
+        given += ["--library", str(pathlib.Path(args.library).resolve())]
+    times = {}
+    for engine in engines:
+        command = [sys.executable, "-m", "perf.symbolic_threads", "--worker", engine, *given]
+        done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT)
+        times[engine] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"{args.model}, {args.threads} threads, each engine in its own process; ms, medians")
+    print("| length | " + " | ".join(engines) + " | par/spec | par/ort |")
+    print("|---" * (len(engines) + 3) + "|")
+    for length in times["parametric"]:
+        row = [times[e][length] for e in engines]
+        par, spec, ort = (times[e][length] for e in ("parametric", "specialised", "onnxruntime"))
+        cells = " | ".join(f"{t:.2f}" for t in row)
+        print(f"| {length} | {cells} | {par / spec:.2f} | {par / ort:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
