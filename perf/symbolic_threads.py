@@ -23,12 +23,28 @@ ROUNDS = 7
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _runner(engine: str, args, length: int):
-    """A function that runs ``engine`` on the inputs for ``length``."""
-    from perf.symbolic_sequence import feed_for
+def _sessions(engine: str, args):
+    """The engine's sessions, made once for every length: the model's (which feeds are
+    made from, and which runs the parametric code), and the library's or onnxruntime's."""
     from polyonnx.runtime.session import InferenceSession
 
     session = InferenceSession(args.model, threads=args.threads, cache=False)
+    if engine == "library":
+        return session, InferenceSession(args.library, threads=args.threads)
+    if engine == "onnxruntime":
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = args.threads
+        return session, onnxruntime.InferenceSession(args.model, options)
+    return session, None
+
+
+def _runner(engine: str, args, sessions, length: int):
+    """A function that runs ``engine`` on the inputs for ``length``."""
+    from perf.symbolic_sequence import feed_for
+
+    session, other = sessions
     feed = feed_for(session, length)
     if engine == "parametric":
         return lambda: session.run(None, feed)
@@ -38,25 +54,19 @@ def _runner(engine: str, args, length: int):
         fixed = compile_graph(session._specialised(feed))
         fixed.set_threads(args.threads)
         return lambda: fixed.run(feed)
-    if engine == "library":
-        library = InferenceSession(args.library, threads=args.threads)
-        return lambda: library.run(None, feed)
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = args.threads
-    ort = onnxruntime.InferenceSession(args.model, options)
-    return lambda: ort.run(None, feed)
+    return lambda: other.run(None, feed)
 
 
 def worker(engine: str, args) -> None:
     from perf.symbolic_sequence import median_ms
 
+    sessions = _sessions(engine, args)
     results = {}
     for length in (int(n) for n in args.lengths.split(",")):
-        run = _runner(engine, args, length)
+        run = _runner(engine, args, sessions, length)
         run()
         results[length] = statistics.median(median_ms(run) for _ in range(ROUNDS))
+        del run
     print(json.dumps(results))
 
 
