@@ -127,9 +127,10 @@ def jit_parametric(build: ParametricBuild, target: Target, checks: bool) -> Para
     plan = build.plan
     objects = compile_objects(plan.entry, plan.jobs, build.program.buffers, target)
     jit = JitModule(objects.objects, target, objects.sources)
-    model = ParametricModel(build.program, build.schedules, build.slots, jit, checks, build.derived)
-    model.tuned = build.tuned
-    return model
+    return ParametricModel(
+        build.program, build.schedules, build.slots, jit, checks,
+        derived=build.derived, tuned=build.tuned,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -330,9 +331,13 @@ class ParametricModel:
         slots: Slots,
         jit: JitModule,
         checks: bool,
+        *,
         derived: Derived = Derived((), None),
+        tuned: tuple[str, ...] = (),
     ):
         self.program = program
+        self.tuned = tuned
+        """The kernels whose schedules came from tuning records (build_parametric)."""
         self.schedules = schedules
         self.slots = slots
         self.jit = jit
@@ -354,9 +359,6 @@ class ParametricModel:
                 self._pointers[i] = program.constants[name].ctypes.data
         self.derived = derived
         self._derived: dict[tuple, dict[str, np.ndarray]] = {}
-
-    tuned: tuple[str, ...] = ()
-    """The kernels whose schedules came from tuning records (build_parametric)."""
 
     def set_threads(self, count: int) -> None:
         set_jit_threads(self.jit, count)
