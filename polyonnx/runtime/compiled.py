@@ -189,7 +189,7 @@ def emit_program(
 ) -> NativeProgram:
     """Pack constant GEMM weights, check bounds, plan memory and the modules (with
     run-time checks, or without: see :func:`compile_program`)."""
-    program, schedules = pack_constants(program, tuple(schedules))
+    program, schedules = pack_constants(program, tuple(schedules), target)
     check_bounds(program)
     layout = plan_memory(program)
     places = {name: (p.slot, p.offset) for name, p in layout.places.items()}

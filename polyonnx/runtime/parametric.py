@@ -214,7 +214,7 @@ def plan_parametric(
 ) -> ParametricBuild:
     """The fitted program's constant GEMM weights packed, its buffers placed in slots
     and its modules planned, under ``schedules``."""
-    program, schedules = pack_constants(fitted.program, tuple(schedules))
+    program, schedules = pack_constants(fitted.program, tuple(schedules), target)
     names = set(fitted.derived.names)
     schedules = tuple(_unpacked(s, program, names) for s in schedules)
     slots = plan_slots(program)

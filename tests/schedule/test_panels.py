@@ -159,3 +159,25 @@ def test_one_weight_read_two_ways_gets_a_copy_for_each():
     np.testing.assert_allclose(y2, x @ w.T, **sum_tol(160))
     copies = [s.panels for s in session.compiled_for({"x": x}).schedules if s.panels]
     assert len({c[0][1] for c in copies}) == 2, copies
+
+
+def test_a_default_short_gemm_reads_its_copy_in_default_blocks():
+    """16 rows and a B of 9.4 MB: the default reads B in place ROWS_KC rows at a time;
+    from its copy it takes the default K and N blocks (gemm_defaults.panel_blocks).
+    Parameters other than the default's stay: a script's kc of 32."""
+    from polyonnx.schedule.heuristics.default import default_schedule
+    from polyonnx.schedule.heuristics.gemm_defaults import ROWS_KC
+
+    w = np.zeros((768, 3072), F32)
+    prog = polyonnx.load(_gemm_model(w, 16, 0))
+    program, _ = prog.compilable()
+    default = default_schedule(program.kernels[0], program.buffers)
+    before = Params.from_mark(MARK.search(default.tree).group())
+    assert before.kc == ROWS_KC and not before.packb
+    _, (after,) = pack_constants(program, (default,))
+    params = Params.from_mark(MARK.search(after.tree).group())
+    assert after.panels and (params.kc, params.nc) == (768, 512)
+    assert {m for ms in after.state.marks.values() for m in ms} >= {params.mark()}
+    prog.schedule("fc").ukernel(kc=32)
+    _, (scripted,) = pack_constants(*prog.compilable())
+    assert Params.from_mark(MARK.search(scripted.tree).group()).kc == 32

@@ -4,6 +4,7 @@ docs/measurements.md, 'GEMM defaults'."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from polyonnx.schedule.gemm import MIN_COLUMNS, MIN_DEPTH, MIN_ROWS, Geometry, Params, round_up
@@ -29,6 +30,17 @@ NEON_VECTORS = 3
 8 x 16 would need 32 accumulators alone, and 8 x 8 leaves a third of the registers idle.
 Its K blocks are KC, not AVX512_KC: the 8 x 12 tile's B micro-panel (24 KB at 512)
 stays in a 32 KB L1. Not measured: chosen from the register count."""
+
+
+def panel_blocks(geo: Geometry, params: Params, lanes: int, registers: int) -> Params:
+    """``params`` for a GEMM whose B is read from its copy packed when compiling
+    (schedule/heuristics/panels.py): the blocks chosen for B read in place from memory,
+    ROWS_KC rows at a time, give way to the default K and N blocks, which the contiguous
+    copy serves (docs/measurements.md, 'B from its panel copy')."""
+    if params.packb or params.kc != ROWS_KC or geo.k <= ROWS_KC:
+        return params
+    kc = _even(geo.k, AVX512_KC if registers >= 32 and lanes >= 16 else KC, 32)
+    return dataclasses.replace(params, kc=kc, nc=_even(geo.n, NC, params.nr))
 
 
 def worth_it(geo: Geometry, lanes: int) -> bool:

@@ -29,8 +29,10 @@ import numpy as np
 from polyonnx.aligned import aligned_empty
 from polyonnx.krnl.ir import Buffer, Program, gathers, loads
 from polyonnx.schedule.gemm import Geometry, Params, geometry
+from polyonnx.schedule.heuristics.gemm_defaults import default_params, panel_blocks
 from polyonnx.schedule.state import UKERNEL
 from polyonnx.schedule.tree import KernelSchedule
+from polyonnx.target import Target, host_target
 
 MIN_ROWS = 2
 MARK = re.compile(rf"{UKERNEL}_\w+")
@@ -42,10 +44,13 @@ def panel_name(buffer: str, nr: int) -> str:
 
 
 def pack_constants(
-    program: Program, schedules: tuple[KernelSchedule, ...]
+    program: Program, schedules: tuple[KernelSchedule, ...], target: Target | None = None
 ) -> tuple[Program, tuple[KernelSchedule, ...]]:
     """``program`` with the panel copies of its GEMMs' constant B operands, and the
-    schedules of those GEMMs with ``panels`` naming them."""
+    schedules of those GEMMs with ``panels`` naming them (a default schedule's with the
+    K and N blocks of a copy, gemm_defaults.panel_blocks, for ``target``: the host by
+    default)."""
+    target = target or host_target()
     constants = dict(program.constants)
     buffers = dict(program.buffers)
     made: dict[tuple, str] = {}
@@ -56,6 +61,9 @@ def pack_constants(
             out.append(schedule)
             continue
         geo, params, data = found
+        blocks = _blocks(geo, params, target)
+        schedule = _remarked(schedule, params, blocks)
+        params = blocks
         layout = [(geo.sizes[d], geo.b.coeffs[d]) for d in (*geo.depth, *geo.cols)]
         key = (geo.b.buffer, geo.b.const, len(geo.depth), *layout, params.nr)
         if key not in made:  # B read another way gets another copy
@@ -72,6 +80,30 @@ def pack_constants(
         program, constants=MappingProxyType(constants), buffers=MappingProxyType(buffers)
     )
     return packed, tuple(out)
+
+
+def _blocks(geo: Geometry, params: Params, target: Target) -> Params:
+    """The default's parameters with the K and N blocks of a panel copy; any others (a
+    script's, a record's) as they are."""
+    lanes, registers = target.lanes(4), target.vector_registers
+    if not all(isinstance(n, int) for n in geo.sizes):
+        return params  # a parametric GEMM: its defaults are for REPRESENTATIVE_ROWS
+    if params != default_params(geo, lanes, registers):
+        return params
+    return panel_blocks(geo, params, lanes, registers)
+
+
+def _remarked(schedule: KernelSchedule, old: Params, new: Params) -> KernelSchedule:
+    """``schedule`` with its ukernel mark of ``old`` parameters made ``new``'s."""
+    if new == old:
+        return schedule
+    was, now = old.mark(), new.mark()
+    state = schedule.state
+    if state is not None:
+        marks = {loop: frozenset(now if m == was else m for m in ms)
+                 for loop, ms in state.marks.items()}  # fmt: skip
+        state = replace(state, marks=MappingProxyType(marks))
+    return replace(schedule, tree=schedule.tree.replace(was, now), state=state)
 
 
 def panel_only(program: Program, schedules: Sequence[KernelSchedule]) -> dict[str, str]:
