@@ -268,3 +268,24 @@ def test_sessions_of_one_library_in_threads_at_different_sizes(tmp_path):
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_sizes_too_large_are_refused_before_native_code_runs(tmp_path):
+    """Dims whose tensors' bytes overflow 64 bits: status 2 and a message, nothing read
+    or written (the data given is 64 bytes)."""
+    import ctypes
+
+    model = LibraryModel(compile_library(two_ports().model, tmp_path, "seq").library, 1)
+    x = np.zeros((4, 4), np.float32)
+    results = {}
+    for s in (2**62, 2**63 - 1):
+        dims = (ctypes.c_int64 * 2)(s, 4)
+        given = ctypes.cast(dims, ctypes.POINTER(ctypes.c_int64))
+        pointers = (ctypes.c_void_p * 2)(x.ctypes.data, x.ctypes.data)
+        code = model._fn["run"](
+            model._session, pointers, (ctypes.POINTER(ctypes.c_int64) * 2)(given, given),
+            pointers, (ctypes.c_size_t * 2)(2**63, 2**63),
+        )  # fmt: skip
+        results[s] = (code, model._fn["error"](model._session).decode())
+    for s in (2**62, 2**63 - 1):
+        assert results[s] == (2, "input 0 'a': its dims are too large")
