@@ -321,6 +321,12 @@ class Statement:
     reduce: str | None = None
 
 
+def statement_reads(stmt: Statement) -> frozenset[str]:
+    """The buffers a statement's expression reads: its loads and gathers."""
+    return frozenset({ld.access.buffer for ld in loads(stmt.expr)}
+                     | {g.buffer for g in gathers(stmt.expr)})  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Kernel:
     """What one ONNX node became: statements run in order, each over its whole domain."""
@@ -341,8 +347,7 @@ class Kernel:
         return tuple(names)
 
     def reads(self) -> frozenset[str]:
-        direct = {ld.access.buffer for s in self.statements for ld in loads(s.expr)}
-        return frozenset(direct | {g.buffer for s in self.statements for g in gathers(s.expr)})
+        return frozenset(name for s in self.statements for name in statement_reads(s))
 
     def writes(self) -> frozenset[str]:
         return frozenset(s.write.buffer for s in self.statements)

@@ -226,17 +226,10 @@ def entry_abi(
     bytes are not kept."""
     aliases = aliases or {}
     slot = {name: i for i, name in enumerate(layout.slots)}
-    external = set(program.inputs) | set(program.constants)
-
-    def port(name: str, copy: bool) -> Port:
-        buffer = program.buffers[name]
-        copied = name if copy and name in external else None
-        where = None if copied else slot.get(name)
-        return Port(name, buffer.dtype, tuple(buffer.shape), where, copied)
-
+    inputs, outputs = entry_ports(program, slot)
     return EntryAbi(
-        inputs=tuple(port(name, False) for name in program.inputs),
-        outputs=tuple(port(name, True) for name in program.outputs),
+        inputs=inputs,
+        outputs=outputs,
         constant_slots=tuple(
             (slot[n], aliases.get(n, n)) for n in layout.slots if n in program.constants
         ),
@@ -259,6 +252,27 @@ def check_table(schedules: Sequence[KernelSchedule]) -> tuple[CheckInfo, ...]:
         for check in checks(stmt.expr)
     }
     return tuple(CheckInfo(site, text) for site, text in sorted(sites.items()))
+
+
+def entry_ports(
+    program: Program, slot: Mapping[str, int]
+) -> tuple[tuple[Port, ...], tuple[Port, ...]]:
+    """The model's inputs and outputs as ports, in ONNX order, with the entry's ``slot``
+    of each buffer; an output that is an input or a constant is a copy of it. A dim that
+    is not a number (a parametric program's) is -1."""
+    external = set(program.inputs) | set(program.constants)
+
+    def port(name: str, copy: bool) -> Port:
+        buffer = program.buffers[name]
+        copied = name if copy and name in external else None
+        where = None if copied else slot.get(name)
+        shape = tuple(d if isinstance(d, int) else -1 for d in buffer.shape)
+        return Port(name, buffer.dtype, shape, where, copied)
+
+    return (
+        tuple(port(name, False) for name in program.inputs),
+        tuple(port(name, True) for name in program.outputs),
+    )
 
 
 def memory_use(

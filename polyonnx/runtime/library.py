@@ -23,13 +23,20 @@ from polyonnx.emit.aot import Library, NativeModel, Root, Sizes, write_library
 from polyonnx.errors import InputError, ModelError, RunError
 from polyonnx.krnl.params import TIMES, NotParametric, Poly, program_symbols
 from polyonnx.runtime.blocks import BatchOf, batch_of
-from polyonnx.runtime.compiled import check_table, emit_program, lower_model, model_schedules
+from polyonnx.runtime.compiled import (
+    check_table,
+    emit_program,
+    entry_ports,
+    lower_model,
+    model_schedules,
+)
 from polyonnx.runtime.memory import lifetimes
 from polyonnx.runtime.parametric import (
     ParametricBuild,
-    build_parametric,
     entry_parameters,
+    fit_parametric,
     graph_at,
+    plan_parametric,
     symbol_of,
 )
 from polyonnx.schedule.heuristics.panels import panel_only
@@ -97,10 +104,10 @@ def parametric_library(
         _refuse(found, "a parametric library is built for the host only")
     target = host_target()
     try:
-        build = build_parametric(found.symbols, graph_at(found.graph.inputs, load), target,
-                                 checks=checks)  # fmt: skip
-        if build.derived.names:
-            raise NotParametric(f"constants depend on the sizes: {list(build.derived.names)}")
+        fitted = fit_parametric(found.symbols, graph_at(found.graph.inputs, load))
+        if fitted.derived.names:
+            raise NotParametric(f"constants depend on the sizes: {list(fitted.derived.names)}")
+        build = plan_parametric(fitted, fitted.default_schedules(), target, checks=checks)
         native, sizes = parametric_native(build, checks)
     except NotParametric as exc:
         _refuse(found, f"not parametric: {exc}")
@@ -123,17 +130,10 @@ def parametric_native(build: ParametricBuild, checks: bool) -> tuple[NativeModel
     index = {symbol: k for k, symbol in enumerate(symbols)}
     aliases = panel_only(program, build.schedules)
 
-    def port(name: str, copy: bool) -> Port:
-        buffer = program.buffers[name]
-        external = name in program.inputs or name in program.constants
-        copied = name if copy and external else None
-        slot = None if copied or name not in slots.external else slots.external.index(name)
-        shape = tuple(d if isinstance(d, int) else -1 for d in buffer.shape)
-        return Port(name, buffer.dtype, shape, slot, copied)
-
+    inputs, outputs = entry_ports(program, {n: i for i, n in enumerate(slots.external)})
     abi = EntryAbi(
-        inputs=tuple(port(n, False) for n in program.inputs),
-        outputs=tuple(port(n, True) for n in program.outputs),
+        inputs=inputs,
+        outputs=outputs,
         constant_slots=tuple(
             (i, aliases.get(n, n)) for i, n in enumerate(slots.external) if n in program.constants
         ),

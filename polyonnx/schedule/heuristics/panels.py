@@ -27,7 +27,7 @@ from types import MappingProxyType
 import numpy as np
 
 from polyonnx.aligned import aligned_empty
-from polyonnx.krnl.ir import Buffer, Program, gathers, loads
+from polyonnx.krnl.ir import Buffer, Program, statement_reads
 from polyonnx.schedule.gemm import Geometry, Params, geometry
 from polyonnx.schedule.heuristics.gemm_defaults import default_params, panel_blocks
 from polyonnx.schedule.state import UKERNEL
@@ -112,7 +112,7 @@ def panel_only(program: Program, schedules: Sequence[KernelSchedule]) -> dict[st
     readers: dict[str, list[tuple[KernelSchedule, int]]] = {}
     for schedule in schedules:
         for index, stmt in enumerate(schedule.kernel.statements):
-            for name in _reads(stmt):
+            for name in statement_reads(stmt):
                 root = program.root(name)
                 if root in program.constants:
                     readers.setdefault(root, []).append((schedule, index))
@@ -125,10 +125,6 @@ def panel_only(program: Program, schedules: Sequence[KernelSchedule]) -> dict[st
             continue
         found[root] = copies[0]
     return found
-
-
-def _reads(stmt) -> set[str]:
-    return {ld.access.buffer for ld in loads(stmt.expr)} | {g.buffer for g in gathers(stmt.expr)}
 
 
 def _copy_of(schedule: KernelSchedule, root: str, program: Program) -> str | None:

@@ -129,7 +129,7 @@ def _moved(
                 fitted = _any_row(kernel, host, state, samples, fit)
                 if fitted is None or (chosen and fitted[2] is not None):
                     return None  # a record's row dim does not fit: not the record's schedule
-                state = _marked(fitted[2] or state, host, fitted, keep=bool(chosen))
+                state = state if chosen else _marked(fitted[2] or state, host, fitted)
                 gemms.append(fitted[0])
     return _legal(state, gemms)
 
@@ -147,11 +147,9 @@ def _gemm_alone(kernel: Kernel, samples: Sequence[Sample], fit: Fit) -> KernelSc
     return _legal(_marked(fitted[2], hosts[0], fitted), [fitted[0]])
 
 
-def _marked(state: State, host: str, fitted, keep: bool = False) -> State:
+def _marked(state: State, host: str, fitted) -> State:
     """``state`` with the ukernel mark over ``host``'s row loop set to the parameters of
-    the fitted GEMM (``_parameters``), or as it is (``keep``: a record's)."""
-    if keep:
-        return state
+    the fitted GEMM (``_parameters``)."""
     geo = fitted[1]
     loop = next(
         v.name for n in state.nests if n.statement == host for v in n.loops
