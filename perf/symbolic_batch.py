@@ -5,9 +5,10 @@ specialised to that size and against onnxruntime, in the same run.
     python perf/symbolic_batch.py --models resnet50 --batches 1 3 8 --threads 1
 
 At one thread the three engines take turns in one process (alternating rounds, medians).
-At more threads each engine runs in its own process, one after another: thread pools
-interfere. Printed: median latency per engine, the ratios, compiles made by the one
-session, and what its first call at each new size cost over its steady latency.
+At more threads each engine runs in processes of its own (``--processes``, the engines
+taking turns; the median over them): thread pools interfere. Printed: median latency
+per engine, the ratios, compiles made by the one session, and what its first call at
+each new size cost over its steady latency.
 """
 
 from __future__ import annotations
@@ -155,6 +156,28 @@ def in_process(name: str, threads: int, batches, engine: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def in_processes(name: str, threads: int, batches, processes: int) -> dict:
+    """Every engine in ``processes`` processes of its own, the engines taking turns; per
+    (engine, batch) the median over the processes (one process's median at 2 threads
+    varied by up to 2x from the next one's: docs/measurements.md, 'Two threads, process
+    to process')."""
+    parts = [
+        in_process(name, threads, batches, engine)
+        for _ in range(processes)
+        for engine in ("symbolic", "specialised", "onnxruntime")
+    ]
+    keys = {k for p in parts for k in p["latency"]}
+    latency = {
+        k: statistics.median(p["latency"][k] for p in parts if k in p["latency"]) for k in keys
+    }
+    symbolic = parts[0]
+    return {
+        "latency": latency,
+        "first_over_steady": symbolic["first_over_steady"],
+        "compiles": symbolic["compiles"],
+    }
+
+
 def table(name: str, threads: int, batches, found: dict) -> None:
     latency = found["latency"]
     print(f"\n{name}, {threads} thread(s): one session, {found['compiles']} compile(s)")
@@ -174,6 +197,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=MODELS)
     parser.add_argument("--batches", nargs="+", type=int, default=BATCHES)
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -184,13 +208,7 @@ def main() -> None:
             if threads == 1:
                 found = measure(name, 1, args.batches, {"symbolic", "specialised", "onnxruntime"})
             else:
-                parts = [in_process(name, threads, args.batches, e) for e in
-                         ("symbolic", "specialised", "onnxruntime")]  # fmt: skip
-                found = {
-                    "latency": {k: v for p in parts for k, v in p["latency"].items()},
-                    "first_over_steady": parts[0]["first_over_steady"],
-                    "compiles": parts[0]["compiles"],
-                }
+                found = in_processes(name, threads, args.batches, args.processes)
             table(name, threads, args.batches, found)
 
 

@@ -7,6 +7,10 @@ its own (thread pools of two engines in one process interfere), one after the ot
 Engines: the parametric code (one compile), code specialised to each length, onnxruntime,
 and with ``--library`` the model's parametric library. Per length, each engine's median
 of 7 rounds of 7 runs after a warm-up run. The inputs are perf/symbolic_sequence.py's.
+Each engine runs in ``--processes`` processes, the engines taking turns: at 2 threads one
+process's median varied by 10% from the next one's (docs/measurements.md, 'Two threads,
+process to process'), so the figure is the median over processes, and the spread their
+range.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ def main() -> None:
     parser.add_argument("--lengths", default="1,16,64,128,384")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--library", default=None)
+    parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -86,18 +91,25 @@ def main() -> None:
              "--threads", str(args.threads)]  # fmt: skip
     if args.library:
         given += ["--library", str(pathlib.Path(args.library).resolve())]
-    times = {}
-    for engine in engines:
-        command = [sys.executable, "-m", "perf.symbolic_threads", "--worker", engine, *given]
-        done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT)
-        times[engine] = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"{args.model}, {args.threads} threads, each engine in its own process; ms, medians")
+    runs: dict[str, list[dict]] = {e: [] for e in engines}
+    for _ in range(args.processes):
+        for engine in engines:
+            command = [sys.executable, "-m", "perf.symbolic_threads", "--worker", engine, *given]
+            done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT)
+            runs[engine].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(
+        f"{args.model}, {args.threads} threads, each engine in {args.processes} processes of "
+        "its own; ms, median over processes (their range)"
+    )
     print("| length | " + " | ".join(engines) + " | par/spec | par/ort |")
     print("|---" * (len(engines) + 3) + "|")
-    for length in times["parametric"]:
-        row = [times[e][length] for e in engines]
-        par, spec, ort = (times[e][length] for e in ("parametric", "specialised", "onnxruntime"))
-        cells = " | ".join(f"{t:.2f}" for t in row)
+    for length in runs["parametric"][0]:
+        times = {e: [r[length] for r in runs[e]] for e in engines}
+        mid = {e: statistics.median(t) for e, t in times.items()}
+        cells = " | ".join(
+            f"{mid[e]:.2f} ({min(times[e]):.1f}-{max(times[e]):.1f})" for e in engines
+        )
+        par, spec, ort = (mid[e] for e in ("parametric", "specialised", "onnxruntime"))
         print(f"| {length} | {cells} | {par / spec:.2f} | {par / ort:.2f} |")
 
 

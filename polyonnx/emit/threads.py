@@ -17,6 +17,7 @@ from llvmlite import ir
 
 from polyonnx.emit.llvmtypes import I64, PTR
 from polyonnx.emit.pool import BODY_TYPE, PLACEMENT_FUNCTIONS, POOL_RUN, pool_module
+from polyonnx.emit.samples import define_samples
 
 THREADS_GLOBAL = "polyonnx_threads"
 PARALLEL_FOR = "polyonnx_parallel_for"
@@ -60,14 +61,17 @@ def _register(names) -> bool:
 def pool_runtime():
     """Compile the worker pool (once per process) and make POOL_RUN known to the JIT; the
     compiled module, kept alive here, or None where threads are not available (the models'
-    loops then run serially: the runtime leaves ``polyonnx_threads`` at 1)."""
+    loops then run serially: the runtime leaves ``polyonnx_threads`` at 1). The module
+    also holds emit/samples.py's body, which runs a batch's samples side by side."""
     from polyonnx.emit.jit import JitModule
     from polyonnx.target import host_target
 
     if not register_runtime_symbols():
         return None
     target = host_target()
-    jit = JitModule.from_module(pool_module(target.triple, register_placement_symbols()), target)
+    module = pool_module(target.triple, register_placement_symbols())
+    define_samples(module)
+    jit = JitModule.from_module(module, target)
     llvm.add_symbol(POOL_RUN, jit.address(POOL_RUN))
     return jit
 

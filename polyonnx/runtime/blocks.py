@@ -66,9 +66,10 @@ class Blocked:
         return results
 
     def _direct(self, feed: Mapping[str, np.ndarray], total: int) -> dict | None:
-        """The outputs, computed by the native code one sample after another on the
-        inputs' and outputs' own storage, where every sample's data is contiguous in it;
-        else None (run block by block through copies)."""
+        """The outputs, computed by the native code sample by sample on the inputs' and
+        outputs' own storage, where every sample's data is contiguous in it (at more than
+        one thread, a group of samples per thread: runtime/side_by_side.py); else None
+        (run block by block through copies)."""
         model = self.model
         if not isinstance(model, CompiledModel) or model.copies_outputs or self.aligned:
             return None
@@ -89,7 +90,7 @@ class Blocked:
             shape[batch.axis] *= total
             results[port.name] = aligned_empty(tuple(shape), np.dtype(port.dtype))
             arrays[port.name] = (results[port.name], results[port.name].nbytes // total)
-        model.run_samples(arrays, total)
+        model.run_samples(arrays, total, model.threads)
         return results
 
     def block_feed(self, feed: Mapping[str, np.ndarray], start: int) -> dict[str, np.ndarray]:

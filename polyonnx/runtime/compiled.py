@@ -47,6 +47,7 @@ from polyonnx.krnl.lower import lower, supported_ops
 from polyonnx.krnl.verify import check_bounds
 from polyonnx.runtime.cache import Entry
 from polyonnx.runtime.memory import ARENA, Layout, plan_memory
+from polyonnx.runtime.side_by_side import SideBySide, pool_available
 from polyonnx.schedule.gemm import geometry
 from polyonnx.schedule.heuristics.default import default_schedule
 from polyonnx.schedule.heuristics.panels import pack_constants, panel_only
@@ -398,6 +399,9 @@ class CompiledModel:
         }
         self._passed = [(p.name, p.copy_of) for p in abi.outputs if p.copy_of is not None]
         """Outputs that are inputs or constants: copied, not computed."""
+        self._groups: dict[int, SideBySide] = {}
+        self.threads = 1
+        """What ``set_threads`` set."""
         self._counters = None
         if self.profiling:
             words = ctypes.c_int64 * (2 * len(abi.kernels))
@@ -451,6 +455,7 @@ class CompiledModel:
 
     def set_threads(self, count: int) -> None:
         """How many threads the model's parallel loops use (if it has any)."""
+        self.threads = max(int(count), 1)
         set_jit_threads(self.jit, count)
 
     def kernel_profile(self) -> list[KernelProfile]:
@@ -512,24 +517,42 @@ class CompiledModel:
         """Whether some output is an input or a constant, copied rather than computed."""
         return bool(self._passed)
 
-    def run_samples(self, arrays: Mapping[str, tuple[np.ndarray, int]], count: int) -> None:
+    def run_samples(
+        self, arrays: Mapping[str, tuple[np.ndarray, int]], count: int, groups: int = 1
+    ) -> None:
         """Run ``count`` times on ``arrays`` (every input and output: name -> the array and
         how many bytes on it the n-th run starts), the n-th at n times that: a batch run one
-        sample at a time where each sample's data is contiguous (runtime/blocks.py). Outputs
-        the model copies (``_passed``) are not written; a failed check raises RunError."""
+        sample at a time where each sample's data is contiguous (runtime/blocks.py). The
+        first multiple of ``groups`` samples run that many at once (runtime/side_by_side.py),
+        the rest one after another. Outputs the model copies (``_passed``) are not written;
+        a failed check raises RunError."""
         ports = [(i, name) for i, name in self._inputs]
         ports += [(i, name) for i, name, _, _ in self._outputs]
         bases = [(i, address(arrays[name][0]), arrays[name][1]) for i, name in ports]
-        slots = self._slots
+        whole = count - count % groups if groups > 1 and pool_available() else 0
         with self._lock:
-            for n in range(count):
-                for i, base, step in bases:
-                    slots[i] = base + n * step
-                self._entry(slots)
-                site, value = int(self._errors[0]), int(self._errors[1])
-                if site:
-                    self._errors[:] = 0
-                    raise RunError(self.abi.failure(site, value))
+            if whole:
+                self._side_by_side(groups, bases, whole)
+            self._one_by_one(bases, whole, count)
+
+    def _side_by_side(self, groups: int, bases, count: int) -> None:
+        side = self._groups.get(groups)
+        if side is None:
+            side = self._groups[groups] = SideBySide(self, groups, self._poison)
+        failed = side.run(self._slots, bases, count)
+        if failed:
+            raise RunError(self.abi.failure(*failed))
+
+    def _one_by_one(self, bases, first: int, count: int) -> None:
+        slots = self._slots
+        for n in range(first, count):
+            for i, base, step in bases:
+                slots[i] = base + n * step
+            self._entry(slots)
+            site, value = int(self._errors[0]), int(self._errors[1])
+            if site:
+                self._errors[:] = 0
+                raise RunError(self.abi.failure(site, value))
 
     def _output_array(self, name: str, shape, dtype) -> tuple[np.ndarray, int]:
         """An array for output ``name`` and its address: a kept one that only the model

@@ -20,16 +20,16 @@ import argparse
 import os
 import re
 import sys
-
-from rich.console import Console, Group
-from rich.live import Live
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from polyonnx.errors import PolyonnxError
 from polyonnx.runtime.arguments import positive_int, seed_int, shape_arg, thread_arg
 from polyonnx.tune.db import Database, default_path
 from polyonnx.tune.session import Options, Result, TaskProgress, tune
+
+if TYPE_CHECKING:  # rich is imported where it is used: `polyonnx profile` runs without it
+    from rich.console import Console
+    from rich.table import Table
 
 SHOWN_TASKS = 10
 
@@ -90,6 +90,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         compare_ort=not args.no_ort,
         fault=os.environ.get("POLYONNX_TUNE_FAULT", ""),
     )
+    from rich.console import Console, Group
+    from rich.live import Live
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     console = Console()
     if not console.is_terminal:  # a log file or a pipe: tables at full width
         console = Console(width=max(console.width, 132))
@@ -151,6 +155,8 @@ def _speedup(task: TaskProgress) -> str:
 
 
 def _live_table(result: Result) -> Table:
+    from rich.table import Table
+
     table = Table(title="largest tasks: best so far", title_justify="left")
     for column in (
         "kernel",
@@ -240,6 +246,8 @@ def _task_table(result: Result) -> Table:
     """Per tuned task: default and tuned time of the record the model-level A/B weighed
     (its kernel alone, against the default measured alongside it), whether the A/B kept
     it in use, and how this session's trials went."""
+    from rich.table import Table
+
     table = Table(title=f"tuning {result.model}", title_justify="left")
     columns = ("kernel", "op", "kernels", "share", "default ms", "tuned ms", "speed-up",
                "record", "trials", "failed", "earlier", "spent s")  # fmt: skip

@@ -277,9 +277,9 @@ class Harness:
     """A case with one polyonnx session and one onnxruntime session, shared by every
     example of the case (so that the one compile is the session's first)."""
 
-    def __init__(self, case: Case):
+    def __init__(self, case: Case, threads: int = 1):
         self.case = case
-        self.session = polyonnx.InferenceSession(case.model, threads=1, cache=False)
+        self.session = polyonnx.InferenceSession(case.model, threads=threads, cache=False)
         self.reference = onnxruntime.InferenceSession(
             case.model.SerializeToString(), providers=["CPUExecutionProvider"]
         )
