@@ -40,6 +40,7 @@ from polyonnx.krnl.ir import (
     Checked,
     Const,
     Expr,
+    Extent,
     Iter,
     Load,
     LoadAt,
@@ -587,6 +588,9 @@ class _KernelWalker:
             return constant(expr.dtype, expr.value, width)
         if isinstance(expr, Iter):
             return self.iterator(inst.dims[expr.dim], env, lanes)
+        if isinstance(expr, Extent):
+            size = self._count(self.buffers[expr.buffer].shape[expr.axis], env)
+            return splat(self.b, size, width) if width > 1 else size
         if isinstance(expr, Unary):
             x = self.value(expr.x, inst, env, lanes)
             return ops.unary(self.b, expr.op, x, expr.x.dtype, expr.dtype)

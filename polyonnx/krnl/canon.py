@@ -13,7 +13,7 @@ import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping
 
-from polyonnx.krnl.ir import Access, Buffer, Expr, Kernel, Load, LoadAt, map_expr
+from polyonnx.krnl.ir import Access, Buffer, Expr, Extent, Kernel, Load, LoadAt, map_expr
 
 
 def rename_buffers(kernel: Kernel, names: Mapping[str, str]) -> Kernel:
@@ -34,7 +34,7 @@ def rename_buffers(kernel: Kernel, names: Mapping[str, str]) -> Kernel:
 def _rename(expr: Expr, access: Callable[[Access], Access], names: Mapping[str, str]) -> Expr:
     if isinstance(expr, Load):
         return dataclasses.replace(expr, access=access(expr.access))
-    if isinstance(expr, LoadAt):
+    if isinstance(expr, LoadAt | Extent):
         return dataclasses.replace(expr, buffer=names[expr.buffer])
     return expr
 

@@ -147,6 +147,17 @@ class Const(Expr):
 
 
 @dataclass(frozen=True)
+class Extent(Expr):
+    """The size of dim ``axis`` of ``buffer`` (an int64): a number in code for one shape,
+    a run-time value where the dim is a symbolic one (krnl/params.py). Lowerings that
+    wrap or check an index against a dim of data whose shape may be symbolic use it, so
+    that their expressions are the same at every size."""
+
+    buffer: str
+    axis: int
+
+
+@dataclass(frozen=True)
 class Iter(Expr):
     """The value of one domain dimension of the statement (an int64)."""
 
@@ -276,6 +287,14 @@ def checks(expr: Expr) -> list[Checked]:
     for child in children(expr):
         found.extend(checks(child))
     return found
+
+
+def within(x: Expr, size: Expr, site: CheckSite) -> Checked:
+    """``x`` (an integer), checked to lie in [-size, size): an index that may count from
+    the end of a dim of ``size`` (an int64 expression, e.g. an Extent)."""
+    wide = x if x.dtype == "int64" else Cast("int64", x)
+    low = Binary("bool", "ge", wide, Unary("int64", "neg", size))
+    return Checked(x.dtype, x, Binary("bool", "and", low, Binary("bool", "lt", wide, size)), site)
 
 
 def in_range(x: Expr, low: int, high: int, site: CheckSite) -> Checked:

@@ -280,7 +280,13 @@ class Derived:
     graph_at: Callable[[Mapping[str, int]], Graph] | None
 
     def at(self, point: Mapping[str, int]) -> dict[str, np.ndarray]:
+        """The constants at ``point``; NotParametric where the graph folded there does not
+        give them all (at size 1 a fold may take another path: BERT's sliced position
+        ids)."""
         found = self.graph_at(point).constants
+        missing = [n for n in self.names if n not in found]
+        if missing:
+            raise NotParametric(f"at {dict(point)} the graph folds no constant {missing}")
         return {n: aligned(np.asarray(found[n])) for n in self.names}
 
 
@@ -447,6 +453,15 @@ class ParametricModel:
                 source = given if given is not None else self._constant(name, point)
                 results[name] = np.array(source)
         return {name: results[name] for name in self.program.outputs}
+
+    def serves(self, inputs: Mapping[str, np.ndarray]) -> bool:
+        """Whether this code runs ``inputs``' sizes: False where the size-dependent
+        constants cannot be had there (the session then compiles for the shapes)."""
+        try:
+            self._derived_at(self.point(inputs))
+        except NotParametric:
+            return False
+        return True
 
     def _constant(self, name: str, point: Point) -> np.ndarray:
         return self._derived_at(point).get(name, self.program.constants.get(name))

@@ -411,7 +411,7 @@ class InferenceSession:
         for it and it is ready; None where the model has no parametric program."""
         if self._parametric is False:
             self._parametric = self._compile_parametric(feed, symbols)
-        if self._parametric is None:
+        if self._parametric is None or not self._parametric.serves(feed):
             return None
         shapes = tuple(array.shape for array in feed.values())
         self._remember(shapes, self._parametric)

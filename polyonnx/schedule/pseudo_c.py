@@ -5,7 +5,19 @@ from __future__ import annotations
 
 import islpy as isl
 
-from polyonnx.krnl.ir import Binary, Buffer, Cast, Const, Expr, Iter, Load, LoadAt, Select, Unary
+from polyonnx.krnl.ir import (
+    Binary,
+    Buffer,
+    Cast,
+    Const,
+    Expr,
+    Extent,
+    Iter,
+    Load,
+    LoadAt,
+    Select,
+    Unary,
+)
 from polyonnx.krnl.islutil import isl_callbacks
 from polyonnx.schedule.astgen import Instance, KernelAst, build_ast
 from polyonnx.schedule.tree import KernelSchedule
@@ -125,6 +137,8 @@ class _Printer:
             return expr.buffer + "".join(f"[{self.value(i, inst, names)}]" for i in expr.index)
         if isinstance(expr, Const):
             return repr(expr.value)
+        if isinstance(expr, Extent):
+            return f"{expr.buffer}.shape[{expr.axis}]"
         if isinstance(expr, Iter):
             return self.expr(inst.dims[expr.dim].exprs[0], names)
         if isinstance(expr, Unary):

@@ -22,6 +22,7 @@ from types import MappingProxyType
 
 from polyonnx.krnl.ir import (
     Access,
+    Extent,
     Kernel,
     LoadAt,
     Program,
@@ -76,7 +77,7 @@ def structural_hash(kernel: Kernel, program: Program, default: KernelSchedule | 
 
 def _rename_buffers(expr, buffers: Mapping[str, str]):
     def rename(node):
-        if isinstance(node, LoadAt):
+        if isinstance(node, LoadAt | Extent):
             return dataclasses.replace(node, buffer=buffers[node.buffer])
         return node
 

@@ -1,4 +1,4 @@
-"""Data-dependent reads: Gather and GatherElements.
+"""Data-dependent reads: Gather, GatherElements and GatherND.
 
 The output is written at affine positions; the data is read at indices loaded from the
 index tensor (a LoadAt), with ONNX's negative indices wrapped (``i < 0 → i + n``). An
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from polyonnx.frontend.graph import Node
 from polyonnx.krnl import build as kb
-from polyonnx.krnl.ir import CheckSite, Expr, Iter, LoadAt, Statement, in_range
+from polyonnx.krnl.ir import CheckSite, Expr, Extent, Iter, LoadAt, Statement, in_range, within
 from polyonnx.krnl.lower import LowerContext, lowers
 
 
@@ -64,3 +64,36 @@ def lower_gather_elements(ctx: LowerContext, node: Node) -> None:
     body = LoadAt(data.dtype, data.name, index)
     write = kb.access(out.name, "S0", dims, dims)
     ctx.kernel(node, [Statement("S0", kb.box("S0", dims, indices.shape), write, body)])
+
+
+@lowers("GatherND")
+def lower_gather_nd(ctx: LowerContext, node: Node) -> None:
+    """``out[i..., j...] = data[i[:b]..., idx[i..., 0], ..., idx[i..., k-1], j...]``: the
+    first ``batch_dims`` (b) index dims are shared with data, and each of the k indices
+    read from the index tensor's last dim is checked against its data dim and wrapped.
+    The dims are Extents: a transformers padding mask gathers from data of symbolic
+    shape, so the same expression must serve every size (krnl/params.py)."""
+    data, indices = ctx.buffer(node.inputs[0]), ctx.buffer(node.inputs[1])
+    b = int(node.attr("batch_dims", 0))
+    q, k = len(indices.shape), indices.shape[-1]
+    shape = [*indices.shape[:-1], *data.shape[b + k :]]
+    dims = kb.dims("d", len(shape))
+    lead = dims[: q - 1]
+    picked = []
+    for c in range(k):
+        load = kb.load(kb.access(indices.name, "S0", dims, [*lead, str(c)]), indices.dtype)
+        size = Extent("int64", data.name, b + c)
+        message = f"index {{value}} is out of range of axis {b + c} of {node.inputs[0]!r}"
+        checked = within(load, size, CheckSite(node.name, node.op_type, message))
+        index = kb.cast(checked, "int64")
+        negative = kb.binary("lt", index, kb.const(0, "int64"), "bool")
+        picked.append(kb.select(negative, kb.binary("add", index, size), index))
+    index = (
+        *(Iter("int64", d) for d in dims[:b]),
+        *picked,
+        *(Iter("int64", d) for d in dims[q - 1 :]),
+    )
+    out = ctx.output(node.outputs[0], shape, data.dtype)
+    body = LoadAt(data.dtype, data.name, index)
+    write = kb.access(out.name, "S0", dims, dims)
+    ctx.kernel(node, [Statement("S0", kb.box("S0", dims, shape), write, body)])
